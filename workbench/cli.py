@@ -1,0 +1,64 @@
+"""Command line: `python -m workbench [COMMAND]`; with no command it opens the UI.
+
+Each area of the workbench registers its own subcommands from
+`workbench/commands/<area>.py` (a `register(subparsers)` function); this module
+only dispatches and turns WorkbenchError into a clean message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from workbench.errors import WorkbenchError
+
+# Modules that add subcommands; each is imported only if it exists so areas can
+# land one at a time.
+COMMAND_MODULES = (
+    "workbench.commands.ui",
+    "workbench.commands.render",
+    "workbench.commands.serve",
+    "workbench.commands.chat",
+    "workbench.commands.metrics",
+    "workbench.commands.bench",
+    "workbench.commands.notebooks",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m workbench",
+        description="Serve NVIDIA Nemotron 3.5 Lightning with vLLM: render commands, "
+        "launch, chat, watch throughput, benchmark. With no command, opens the web UI.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["ui", *argv]
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except WorkbenchError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(exc.hint, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

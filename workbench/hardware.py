@@ -1,0 +1,152 @@
+"""Detect the local machine and name it with a recipe hardware id.
+
+Parsing is separate from running `nvidia-smi`, so every rule is tested on
+recorded text. With no `nvidia-smi` (or one that fails) the machine is "cpu".
+DGX Spark (GB10) reports its memory as "Not Supported" (it is unified with the
+CPU's), so its size comes from /proc/meminfo instead.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+__all__ = [
+    "QUERY_ARGS",
+    "Detection",
+    "GpuInfo",
+    "detect",
+    "detect_hardware",
+    "hardware_id_for",
+    "parse_meminfo_gb",
+    "parse_query_gpu",
+]
+
+QUERY_ARGS = ["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"]
+
+# Substrings of the GPU name -> hardware id; the first match wins, so the
+# more specific names come first (GB300 before B300, GB10 before B10...).
+_NAME_RULES: Sequence[tuple[str, str]] = (
+    ("GB300", "gb300"),
+    ("GB200", "gb200"),
+    ("GB10", "dgx_spark_gb10"),
+    ("B300", "b300"),
+    ("B200", "b200"),
+    ("H200", "h200"),
+    ("H100", "h100"),
+    ("GH200", "h200"),
+    ("RTX PRO 6000", "rtx_pro_6000"),
+    ("A100", "a100"),
+)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    memory_mib: int | None
+    compute_cap: str | None
+
+
+@dataclass(frozen=True)
+class Detection:
+    hardware_id: str
+    gpus: tuple[GpuInfo, ...] = ()
+    memory_gb: float | None = None
+    reason: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _to_int(text: str) -> int | None:
+    m = re.search(r"\d+", text)
+    return int(m.group()) if m and "not supported" not in text.lower() and "n/a" not in text.lower() else None
+
+
+def parse_query_gpu(text: str) -> list[GpuInfo]:
+    """Parse `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`.
+
+    With a header the columns are found by name (index, name, memory.total,
+    compute_cap in any order); without one they are name, memory.total, compute_cap.
+    """
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return []
+    cols = ["name", "memory.total", "compute_cap"]
+    if lines[0].lower().startswith(("index", "name")) and "," in lines[0]:
+        cols = [c.strip().split(" ")[0].lower() for c in lines[0].split(",")]
+        lines = lines[1:]
+    out = []
+    for ln in lines:
+        cells = [c.strip() for c in ln.split(",")]
+        row = dict(zip(cols, cells))
+        name = row.get("name", "")
+        if not name:
+            continue
+        mem = row.get("memory.total")
+        cap = row.get("compute_cap")
+        out.append(GpuInfo(name=name, memory_mib=_to_int(mem) if mem else None,
+                           compute_cap=cap if cap and re.match(r"^\d+\.\d+$", cap) else None))
+    return out
+
+
+def parse_meminfo_gb(text: str) -> float | None:
+    """MemTotal of /proc/meminfo, in GB (10^9 bytes)."""
+    m = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 / 1e9 if m else None
+
+
+def hardware_id_for(gpus: Sequence[GpuInfo], meminfo_text: str | None = None) -> Detection:
+    """Map parsed GPUs to a recipe hardware id (the first GPU decides)."""
+    if not gpus:
+        return Detection("cpu", reason="no NVIDIA GPU found")
+    g = gpus[0]
+    upper = g.name.upper()
+    hw = next((hid for key, hid in _NAME_RULES if key in upper), None)
+    notes: list[str] = []
+    if hw == "gb300" and len(gpus) == 1:
+        hw = "dgx_station_gb300"
+    if hw is None:
+        major = int(g.compute_cap.split(".")[0]) if g.compute_cap else None
+        hw = {8: "a100", 9: "h100", 10: "b200", 12: "rtx_pro_6000"}.get(major or -1, "h100")
+        notes.append(f"{g.name} is not in the recipe hardware list; using the closest profile, {hw}")
+    memory_gb = g.memory_mib * 1.048576 / 1000 if g.memory_mib else None
+    if memory_gb is None and meminfo_text:
+        memory_gb = parse_meminfo_gb(meminfo_text)
+        if memory_gb:
+            notes.append(f"GPU memory is unified with the CPU's: {memory_gb:.0f} GB from /proc/meminfo")
+    return Detection(hw, tuple(gpus), memory_gb, f"{len(gpus)}x {g.name}", tuple(notes))
+
+
+Runner = Callable[[list[str]], str]
+
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True).stdout
+
+
+def detect_hardware(*, runner: Runner | None = None, which: Callable[[str], str | None] = shutil.which,
+                    meminfo: Path = Path("/proc/meminfo")) -> Detection:
+    """Run nvidia-smi (if there is one) and name the machine."""
+    if runner is None:
+        if which("nvidia-smi") is None:
+            return Detection("cpu", reason="nvidia-smi not found")
+        runner = _run
+    try:
+        gpus = parse_query_gpu(runner(QUERY_ARGS))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Detection("cpu", reason=f"nvidia-smi failed: {exc}")
+    text = None
+    if gpus and gpus[0].memory_mib is None:
+        try:
+            text = meminfo.read_text()
+        except OSError:
+            text = None
+    return hardware_id_for(gpus, text)
+
+
+def detect() -> str:
+    """The local machine's recipe hardware id ("cpu" when there is no GPU)."""
+    return detect_hardware().hardware_id
