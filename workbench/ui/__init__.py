@@ -1,0 +1,1 @@
+"""The Gradio app: thin views over the workbench core, one module per tab."""

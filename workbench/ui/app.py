@@ -1,0 +1,122 @@
+"""The Gradio app: Recipe → Server → Chat → Throughput → Benchmark.
+
+`build_app()` returns the Blocks (importable by tests); `serve_app()` launches it.
+The server slot and the metrics poller are shared by every browser session:
+they stand for the one vLLM server of this machine. Everything else (the chat
+session, the conversation) is per session.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gradio as gr
+
+from workbench import __version__
+from workbench.errors import WorkbenchError
+from workbench.hardware import detect
+from workbench.recipes import load_catalog
+from workbench.ui import bench_tab, chat_tab, recipe_tab, server_tab, throughput_tab
+
+# Pauses the page's timers while the browser tab is hidden, and resumes the
+# visible tab's timer when it comes back, so a background tab costs nothing.
+VISIBILITY_JS = """
+() => {
+  document.addEventListener('visibilitychange', () => {
+    const id = document.hidden ? 'timers-pause' : 'timers-resume';
+    const button = document.getElementById(id);
+    if (button) button.click();
+  });
+}
+"""
+
+# Options every launch of the app passes (Gradio 6 takes `js` at launch time).
+LAUNCH_OPTIONS = {"js": VISIBILITY_JS}
+
+TAB_NAMES = ("recipe", "server", "chat", "throughput", "benchmark")
+
+
+def build_app(state_dir: str | Path | None = None, default_hardware: str | None = None,
+              chat_request_hook=None) -> gr.Blocks:
+    """The app. `chat_request_hook` (see ChatSession) lets a demo or a test force
+    what a random-weight model says; the default sends requests unchanged."""
+    catalog = load_catalog()
+    hardware = default_hardware or detect()
+    slot = server_tab.ServerSlot(state_dir)
+
+    def server_url() -> str | None:
+        return slot.ready_server()[0]
+
+    poller = throughput_tab.SharedPoller(server_url)
+
+    def resolve_for_chat(_url: str | None) -> tuple[str | None, str]:
+        url, why = slot.ready_server()
+        if url is None:
+            raise WorkbenchError(why, hint="Launch or attach in the Server tab, then send again.")
+        return url, why
+
+    with gr.Blocks(title="Nemotron vLLM Workbench") as demo:
+        gr.Markdown(
+            f"## Nemotron vLLM Workbench <small>v{__version__}</small>\n"
+            "Serve NVIDIA Nemotron 3.5 Lightning with vLLM: pick a recipe, launch, chat, measure."
+            + ("\n\n> No NVIDIA GPU here: the **CPU demo engine** is preselected (vLLM's CPU build with "
+               "SmolLM2-135M-Instruct, a real small model). It is not Nemotron; the GPU recipes still render."
+               if hardware == "cpu" else "")
+        )
+        active_tab = gr.State("recipe")
+        with gr.Tabs():
+            with gr.Tab("Recipe", id="recipe") as t_recipe:
+                recipe = recipe_tab.create_ui(catalog, hardware)
+            with gr.Tab("Server", id="server") as t_server:
+                server = server_tab.create_ui(slot, recipe.plan)
+            with gr.Tab("Chat", id="chat") as t_chat:
+                strip = gr.Markdown(throughput_tab.strip_markdown(None), elem_id="chat-strip")
+                strip_timer = gr.Timer(2.0, active=False)
+                chat = chat_tab.create_ui(resolve_for_chat, gr.State(None), request_hook=chat_request_hook)
+            with gr.Tab("Throughput", id="throughput") as t_throughput:
+                throughput = throughput_tab.create_ui(poller)
+            with gr.Tab("Benchmark", id="benchmark") as t_bench:
+                bench_tab.create_ui(server_url)
+        pause = gr.Button("pause", elem_id="timers-pause", visible="hidden")
+        resume = gr.Button("resume", elem_id="timers-resume", visible="hidden")
+
+        strip_timer.tick(lambda: throughput_tab.strip_markdown(poller.tick()), None, strip, show_progress="hidden")
+
+        # One live timer at a time: the visible tab's.
+        timers = {"server": server.timer, "chat": strip_timer, "throughput": throughput.timer}
+        timer_list = list(timers.values())
+
+        def activate(name: str):
+            return [name, *[gr.Timer(active=(key == name)) for key in timers]]
+
+        for name, tab in zip(TAB_NAMES, (t_recipe, t_server, t_chat, t_throughput, t_bench)):
+            tab.select(lambda n=name: activate(n), None, [active_tab, *timer_list], show_progress="hidden")
+        pause.click(lambda: [gr.Timer(active=False) for _ in timers], None, timer_list, queue=False)
+        resume.click(lambda name: activate(name)[1:], active_tab, timer_list, queue=False)
+
+        def on_load(saved, *recipe_values):
+            return (chat_tab.restore(saved), *recipe_tab.render_outputs(catalog, *recipe_values))
+
+        demo.load(on_load, [chat.saved, *recipe.inputs],
+                  [chat.chatbot, recipe.summary, recipe.command, recipe.docker, recipe.provenance, recipe.plan])
+    demo.slot = slot  # for tests and for stopping at exit
+    return demo
+
+
+def serve_app(host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None,
+              share: bool = False, state_dir: str | None = None, open_browser: bool = False) -> None:
+    demo = build_app(state_dir=state_dir)
+    demo.queue(default_concurrency_limit=8)
+    demo.launch(server_name=host, server_port=port, auth=auth, share=share, inbrowser=open_browser,
+                show_error=True, **LAUNCH_OPTIONS)
+
+
+def auth_from(value: str | None) -> tuple[str, str] | None:
+    value = value or os.environ.get("WORKBENCH_AUTH")
+    if not value:
+        return None
+    if ":" not in value:
+        raise WorkbenchError("--auth must look like user:password.", hint="For example --auth admin:s3cret")
+    user, password = value.split(":", 1)
+    return user, password

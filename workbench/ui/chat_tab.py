@@ -1,0 +1,230 @@
+"""Chat tab: the conversation with Thinking and tool blocks, and side panels for
+the current turn's reasoning trace, tool-call trace, answer and statistics."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+
+from workbench.chat import ChatOptions, ChatSession, Conversation
+from workbench.errors import WorkbenchError
+from workbench.tools import builtin_tools
+from workbench.ui.chat_view import TurnView
+
+# Redraw at most this often while text streams: at 200+ tok/s, one update per
+# token would flood the websocket and make the page lag.
+REDRAW_INTERVAL_S = 0.12
+STORAGE_KEY = "nemotron-workbench-chat"
+# Not a secret in any strong sense: it only keeps saved chats readable across
+# restarts of the app (a random one would make them vanish at the next launch).
+STORAGE_SECRET = "nemotron-workbench-chat-v1"
+
+
+@dataclass
+class ChatTab:
+    chatbot: gr.Chatbot
+    message: gr.Textbox
+    send: gr.Button
+    stop: gr.Button
+    regenerate: gr.Button
+    clear: gr.Button
+    export: gr.DownloadButton
+    reasoning_panel: gr.Textbox
+    tools_panel: gr.Code
+    answer_panel: gr.Markdown
+    stats_panel: gr.Markdown
+    server_note: gr.Markdown
+    options: list
+    saved: gr.BrowserState
+    session: gr.State
+
+
+def _options(reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps):
+    return ChatOptions(
+        reasoning=bool(reasoning),
+        reasoning_budget=int(budget) if budget else None,
+        max_tokens=int(max_tokens) if max_tokens else None,
+        temperature=float(temperature),
+        top_p=float(top_p),
+        system_prompt=system_prompt or None,
+        use_tools=bool(use_tools),
+        max_tool_steps=int(tool_steps),
+    )
+
+
+def _session_for(session: ChatSession | None, base_url: str, saved: dict | None, options: ChatOptions,
+                 request_hook=None) -> ChatSession:
+    if session is not None and session.base_url.rstrip("/") == base_url.rstrip("/"):
+        session.options = options
+        return session
+    conversation = Conversation()
+    if saved and saved.get("conversation"):
+        try:
+            conversation = Conversation.from_dict(saved["conversation"])
+        except WorkbenchError:
+            conversation = Conversation()
+    return ChatSession(base_url, options=options, tools=builtin_tools(), conversation=conversation,
+                       request_hook=request_hook)
+
+
+def _drop_last_turn(conversation: Conversation) -> str | None:
+    """Remove the last user message and everything after it; return its text."""
+    for i in range(len(conversation.messages) - 1, -1, -1):
+        if conversation.messages[i].role == "user":
+            text = conversation.messages[i].content
+            del conversation.messages[i:]
+            return text
+    return None
+
+
+def _drop_last_display_turn(display: list[dict]) -> list[dict]:
+    for i in range(len(display) - 1, -1, -1):
+        if display[i].get("role") == "user":
+            return display[:i]
+    return display
+
+
+def _as_dicts(history) -> list[dict]:
+    """Chatbot values come back as dicts or message objects; keep plain dicts."""
+    out = []
+    for m in history or []:
+        if isinstance(m, dict):
+            out.append({k: v for k, v in m.items() if k in ("role", "content", "metadata")})
+        else:
+            out.append({"role": m.role, "content": m.content, "metadata": getattr(m, "metadata", None) or {}})
+    return out
+
+
+def create_ui(resolve_server: Callable[[str | None], tuple[str | None, str]], server_url: gr.State,
+              tools_default: bool = False, request_hook=None) -> ChatTab:
+    saved = gr.BrowserState({"display": [], "conversation": None}, storage_key=STORAGE_KEY,
+                            secret=STORAGE_SECRET)
+    session = gr.State(None)
+    with gr.Row():
+        with gr.Column(scale=3):
+            server_note = gr.Markdown(elem_id="chat-server-note")
+            chatbot = gr.Chatbot(elem_id="chatbot", height=560, buttons=["copy"], label="Conversation",
+                                 group_consecutive_messages=False)
+            message = gr.Textbox(placeholder="Ask something… (Enter to send)", show_label=False,
+                                 elem_id="chat-input", lines=1)
+            with gr.Row():
+                send = gr.Button("Send", variant="primary", elem_id="chat-send")
+                stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
+                regenerate = gr.Button("Regenerate", elem_id="chat-regenerate")
+                clear = gr.Button("Clear", elem_id="chat-clear")
+                export = gr.DownloadButton("Export JSON", elem_id="chat-export")
+            with gr.Accordion("Options", open=False):
+                with gr.Row():
+                    reasoning = gr.Checkbox(True, label="Reasoning (enable_thinking)")
+                    use_tools = gr.Checkbox(tools_default, label="Tools (needs the server's tool parser)")
+                    tool_steps = gr.Slider(0, 10, value=5, step=1, label="Tool steps per turn")
+                with gr.Row():
+                    budget = gr.Number(None, precision=0, label="Reasoning budget (tokens, empty: none)")
+                    max_tokens = gr.Number(1024, precision=0, label="Max tokens (reasoning counts)")
+                    temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature", elem_id="chat-temperature")
+                    top_p = gr.Slider(0.05, 1, value=0.95, step=0.05, label="Top p")
+                system_prompt = gr.Textbox(label="System prompt", lines=2)
+        with gr.Column(scale=2):
+            stats_panel = gr.Markdown("*No turn yet.*", elem_id="chat-stats")
+            with gr.Row():
+                reasoning_panel = gr.Textbox(label="Reasoning trace (this turn)", lines=12, max_lines=18,
+                                             interactive=False, elem_id="reasoning-panel", autoscroll=True)
+                tools_panel = gr.Code(label="Tool-call trace (this turn)", language="json", lines=12,
+                                      interactive=False, elem_id="tools-panel")
+            answer_panel = gr.Markdown(label="Answer", elem_id="answer-panel")
+    options = [reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps]
+    tab = ChatTab(chatbot, message, send, stop, regenerate, clear, export, reasoning_panel,
+                  tools_panel, answer_panel, stats_panel, server_note, options, saved, session)
+    _wire(tab, resolve_server, server_url, request_hook)
+    return tab
+
+
+def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> None:
+    outputs = [tab.chatbot, tab.reasoning_panel, tab.tools_panel, tab.answer_panel, tab.stats_panel,
+               tab.saved, tab.session, tab.message]
+
+    def run_turn(text: str, history, url, saved, session, *option_values, regenerate=False) -> Iterator:
+        display = _as_dicts(history)
+        saved = saved or {"display": [], "conversation": None}
+        try:
+            base_url, _ = resolve_server(url)
+            if not base_url:
+                raise WorkbenchError("No server is running.",
+                                     hint="Launch one in the Server tab, or attach to a running one.")
+            session = _session_for(session, base_url, saved, _options(*option_values), request_hook)
+        except WorkbenchError as exc:
+            view = TurnView(text or "")
+            view.messages.append({"role": "assistant", "content": f"**Error:** {exc.message}\n\n{exc.hint or ''}",
+                                  "metadata": {"title": "⚠ Error", "status": "done"}})
+            yield display + view.messages, "", "", "", "", saved, session, text
+            return
+        if regenerate:
+            text = _drop_last_turn(session.conversation)
+            display = _drop_last_display_turn(display)
+            if text is None:
+                yield display, "", "", "", "*Nothing to regenerate.*", saved, session, ""
+                return
+        if not (text or "").strip():
+            yield display, gr.skip(), gr.skip(), gr.skip(), gr.skip(), saved, session, ""
+            return
+        view = TurnView(text)
+        last = 0.0
+        for event in session.stream(text):
+            changed = view.apply(event)
+            now = time.monotonic()
+            if changed or now - last >= REDRAW_INTERVAL_S:
+                last = now
+                yield (display + view.messages, view.reasoning_text(), view.tools_text(), view.answer,
+                       view.stats_md or "*Streaming…*", gr.skip(), session, "")
+        view.finish()
+        display = display + view.messages
+        saved = {"display": display, "conversation": session.conversation.to_dict()}
+        yield (display, view.reasoning_text(), view.tools_text(), view.answer, view.stats_md or "",
+               saved, session, "")
+
+    def send_fn(text, history, url, saved, session, *opts):
+        yield from run_turn(text, history, url, saved, session, *opts)
+
+    def regenerate_fn(history, url, saved, session, *opts):
+        yield from run_turn("", history, url, saved, session, *opts, regenerate=True)
+
+    inputs = [tab.message, tab.chatbot, server_url, tab.saved, tab.session, *tab.options]
+    # A workshop has many people chatting at once: don't serialise them behind
+    # Gradio's default concurrency limit of 1.
+    for trigger in (tab.send.click, tab.message.submit):
+        trigger(send_fn, inputs, outputs, concurrency_limit=32, concurrency_id="chat")
+    tab.regenerate.click(regenerate_fn, inputs[1:], outputs, concurrency_limit=32, concurrency_id="chat")
+
+    def stop_fn(session):
+        if session is not None:
+            session.stop()
+
+    tab.stop.click(stop_fn, tab.session, None, queue=False)
+
+    def clear_fn(session):
+        if session is not None:
+            session.reset()
+        return [], "", "", "", "*No turn yet.*", {"display": [], "conversation": None}, session
+
+    tab.clear.click(clear_fn, tab.session, outputs[:-1])
+
+    def export_fn(saved, session):
+        conversation = session.conversation if session is not None else (
+            Conversation.from_dict(saved["conversation"]) if saved and saved.get("conversation") else Conversation())
+        path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
+        with path:
+            json.dump(conversation.to_dict(), path, indent=2)
+        return path.name
+
+    tab.export.click(export_fn, [tab.saved, tab.session], tab.export)
+
+
+def restore(saved: dict | None):
+    """On page load: the conversation as it was shown before the reload."""
+    display = (saved or {}).get("display") or []
+    return display

@@ -1,0 +1,168 @@
+"""Server tab: launch the rendered plan, attach to a running server, watch the
+phases and the log, read the diagnosis, stop."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import gradio as gr
+
+from workbench import launcher
+from workbench.errors import WorkbenchError
+from workbench.recipes import LaunchPlan
+
+
+class ServerSlot:
+    """The server this workbench serves from. It is one per machine (one GPU, one
+    port), so every browser session shares it; launches are serialised."""
+
+    def __init__(self, state_dir=None) -> None:
+        self.state_dir = state_dir
+        self.handle: launcher.ServerProcess | None = None
+        self.keep_on_exit = False
+        self.lock = threading.Lock()
+        self.build_messages: list[str] = []
+
+    def current(self) -> launcher.ServerProcess | None:
+        handle = self.handle
+        if handle is not None and handle.status is not launcher.Status.STOPPED:
+            return handle
+        return launcher.find_running(self.state_dir)
+
+    def ready_server(self) -> tuple[str | None, str]:
+        """(base_url, model) of a ready server, or (None, why not)."""
+        handle = self.current()
+        if handle is None:
+            return None, "No server is running: launch one in the Server tab, or attach to one."
+        if handle.status is launcher.Status.READY or (not handle.supervised and handle.refresh() is launcher.Status.READY):
+            return handle.base_url, handle.model
+        return None, f"The server at {handle.base_url} is {handle.status.value}."
+
+
+@dataclass
+class ServerTab:
+    plan_md: gr.Markdown
+    launch: gr.Button
+    stop: gr.Button
+    keep: gr.Checkbox
+    attach_url: gr.Textbox
+    attach_key: gr.Textbox
+    attach: gr.Button
+    status: gr.Markdown
+    phases: gr.Dataframe
+    log: gr.Code
+    timer: gr.Timer
+
+
+def status_markdown(handle: launcher.ServerProcess | None, build_messages: list[str] | None = None) -> str:
+    if handle is None:
+        lines = ["**No server.** Press **Launch** to start the plan from the Recipe tab, or attach to a running server."]
+        if build_messages:
+            lines += ["", "```", *build_messages[-6:], "```"]
+        return "\n".join(lines)
+    icon = {"starting": "⏳", "ready": "✅", "failed": "❌", "stopped": "⏹"}[handle.status.value]
+    phase = handle.phase.value.replace("_", " ") if handle.phase else "–"
+    lines = [f"{icon} **{handle.status.value}** · phase **{phase}** · `{handle.base_url}` · model `{handle.model}` · {handle.mode}"]
+    if handle.time_to_ready_s is not None and handle.status is launcher.Status.READY:
+        lines.append(f"Ready in **{handle.time_to_ready_s:.1f} s**.")
+    plan = handle.plan or {}
+    if plan.get("local_build"):
+        lines.append("This is the **embedded CPU demo engine** (SmolLM2-135M-Instruct on vLLM's CPU build), not Nemotron.")
+    if handle.diagnosis:
+        d = handle.diagnosis
+        exit_part = f" (exit code {handle.exit_code})" if handle.exit_code is not None else ""
+        lines += ["", f"**Why it failed{exit_part}:** {d.summary}", f"**Fix:** {d.fix}"]
+        if d.evidence:
+            lines.append(f"\n`{d.evidence.strip()[:300]}`")
+        if handle.log_path:
+            lines.append(f"\nThe log is kept at `{handle.log_path}`.")
+    if handle.stop_result:
+        lines.append(f"Stopped: {handle.stop_result.stage.value} in {handle.stop_result.seconds:.1f} s.")
+    return "\n".join(lines)
+
+
+def phase_rows(handle: launcher.ServerProcess | None) -> list[list]:
+    if handle is None:
+        return []
+    return [[p.phase.value.replace("_", " "), round(p.started_s, 1),
+             "…" if p.duration_s is None else round(p.duration_s, 1), p.detail[:120]] for p in handle.phases]
+
+
+def create_ui(slot: ServerSlot, plan_state: gr.State) -> ServerTab:
+    plan_md = gr.Markdown(elem_id="server-plan")
+    with gr.Row():
+        launch_btn = gr.Button("Launch", variant="primary", elem_id="server-launch")
+        stop_btn = gr.Button("Stop", variant="stop", elem_id="server-stop")
+        keep = gr.Checkbox(False, label="Keep the server running when the workbench exits")
+    with gr.Accordion("Attach to a server started elsewhere", open=False):
+        with gr.Row():
+            attach_url = gr.Textbox(label="URL", placeholder="http://127.0.0.1:8000", elem_id="attach-url")
+            attach_key = gr.Textbox(label="API key (if the server has one)", type="password")
+            attach_btn = gr.Button("Attach", elem_id="server-attach")
+    status = gr.Markdown(status_markdown(None), elem_id="server-status")
+    phases = gr.Dataframe(headers=["phase", "at (s)", "took (s)", "detail"], label="Start-up phases",
+                          interactive=False, elem_id="server-phases")
+    log = gr.Code(label="Log (last lines)", language="shell", lines=14, max_lines=14, interactive=False,
+                  elem_id="server-log")
+    timer = gr.Timer(1.0)
+    tab = ServerTab(plan_md, launch_btn, stop_btn, keep, attach_url, attach_key, attach_btn, status, phases, log, timer)
+
+    def show_plan(plan):
+        if not plan:
+            return "*Render a plan in the Recipe tab first.*"
+        p = LaunchPlan.from_dict(plan)
+        head = "**Will launch** " + ("(CPU demo engine)" if p.local_build else f"on {p.hardware}")
+        if p.engine != "vllm":
+            head = f"**{p.engine} preset:** rendered only; the workbench launches vLLM."
+        return f"{head}\n```bash\n{p.shell_command()}\n```"
+
+    plan_state.change(show_plan, plan_state, plan_md)
+
+    def refresh():
+        handle = slot.current()
+        if handle is not None and not handle.supervised:
+            handle.refresh()
+        lines = handle.log_tail(30) if handle else []
+        return status_markdown(handle, slot.build_messages), phase_rows(handle), "\n".join(lines)
+
+    def do_launch(plan, keep_on_exit):
+        if not plan:
+            raise gr.Error("Render a plan in the Recipe tab first.")
+        if not slot.lock.acquire(blocking=False):
+            raise gr.Error("A launch is already in progress.")
+        try:
+            running = slot.current()
+            if running is not None and running.status in (launcher.Status.READY, launcher.Status.STARTING):
+                raise gr.Error(f"A server is already {running.status.value} at {running.base_url}: stop it first.")
+            slot.build_messages = []
+            try:
+                handle = launcher.launch(LaunchPlan.from_dict(plan), state_dir=slot.state_dir,
+                                         progress=slot.build_messages.append, stop_at_exit=not keep_on_exit)
+            except WorkbenchError as exc:
+                raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
+            slot.handle = handle
+        finally:
+            slot.lock.release()
+        return (*refresh(), gr.Timer(active=True))
+
+    def do_stop():
+        handle = slot.current()
+        if handle is None:
+            return (*refresh(), gr.Timer(active=True))
+        handle.stop()
+        return (*refresh(), gr.Timer(active=True))
+
+    def do_attach(url, key):
+        try:
+            slot.handle = launcher.attach(url.strip(), api_key=key or None, state_dir=slot.state_dir)
+        except WorkbenchError as exc:
+            raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
+        return (*refresh(), gr.Timer(active=True))
+
+    outputs = [status, phases, log, timer]
+    launch_btn.click(do_launch, [plan_state, keep], outputs, concurrency_limit=1, concurrency_id="launch")
+    stop_btn.click(do_stop, None, outputs)
+    attach_btn.click(do_attach, [attach_url, attach_key], outputs)
+    timer.tick(refresh, None, [status, phases, log], show_progress="hidden")
+    return tab

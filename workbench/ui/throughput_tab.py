@@ -1,0 +1,168 @@
+"""Throughput tab: the server's own /metrics as live figures and plots, and the
+compact strip shown beside the chat."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+import gradio as gr
+import pandas as pd
+
+from workbench.errors import WorkbenchError
+from workbench.metrics import MetricsPoller, ThroughputFigures
+
+TICK_S = 1.0
+WINDOW_S = 5.0
+
+
+class SharedPoller:
+    """One poller per server for the whole app: every viewer sees the same series,
+    and several open pages do not multiply the scrapes."""
+
+    def __init__(self, resolve_url) -> None:
+        self._resolve_url = resolve_url
+        self._poller: MetricsPoller | None = None
+        self._lock = threading.Lock()
+        self._last_scrape = 0.0
+        self.error: str | None = None
+
+    def poller(self) -> MetricsPoller | None:
+        url = self._resolve_url()
+        if url is None:
+            return None
+        if self._poller is None or self._poller.base_url != url:
+            self._poller = MetricsPoller(url, interval=TICK_S, window=WINDOW_S, history=900)
+        return self._poller
+
+    def tick(self) -> ThroughputFigures | None:
+        with self._lock:
+            poller = self.poller()
+            if poller is None:
+                self.error = "No server is running."
+                return None
+            if time.monotonic() - self._last_scrape >= TICK_S * 0.8:
+                try:
+                    poller.scrape_once()
+                    self.error = None
+                except WorkbenchError as exc:
+                    self.error = exc.message
+                self._last_scrape = time.monotonic()
+            return poller.latest
+
+
+@dataclass
+class ThroughputTab:
+    figures: gr.Markdown
+    tokens_plot: gr.LinePlot
+    requests_plot: gr.LinePlot
+    kv_plot: gr.LinePlot
+    spec_plot: gr.LinePlot
+    export_csv: gr.DownloadButton
+    export_json: gr.DownloadButton
+    timer: gr.Timer
+
+
+FIGURE_ROWS = (
+    ("decode_tps", "Decode (generated tokens/s)"),
+    ("prefill_tps", "Prefill (prompt tokens/s)"),
+    ("running", "Requests running"),
+    ("waiting", "Requests waiting"),
+    ("kv_cache_pct", "KV cache usage"),
+    ("prefix_cache_hit_rate", "Prefix-cache hit rate"),
+    ("preemptions", "Preemptions (window)"),
+    ("finished", "Finished requests (window)"),
+    ("ttft", "Time to first token"),
+    ("itl", "Inter-token latency"),
+    ("tpot", "Time per output token"),
+    ("e2e", "End-to-end latency"),
+    ("spec_acceptance_rate", "Spec-decode acceptance rate"),
+    ("spec_mean_acceptance_length", "Spec-decode mean acceptance length"),
+)
+
+
+def figures_markdown(figures: ThroughputFigures | None, error: str | None = None) -> str:
+    if figures is None:
+        return f"*{error or 'Waiting for the first scrape…'}*"
+    window = f"{figures.window_s:.1f} s" if figures.window_s else "since start"
+    lines = [f"**Server figures** (from `/metrics`, window {window}, {figures.scrapes} scrapes)", "",
+             "| figure | value |", "|---|---|"]
+    lines += [f"| {label} | {figures.display(name)} |" for name, label in FIGURE_ROWS]
+    if figures.spec_acceptance_by_position:
+        per_pos = ", ".join(f"{v:.2f}" for v in figures.spec_acceptance_by_position)
+        lines.append(f"| Acceptance per draft position | {per_pos} |")
+    if figures.counter_reset:
+        lines.append("\n⚠ The server's counters went down: it restarted; rates restart from zero.")
+    if error:
+        lines.append(f"\n⚠ Last scrape failed: {error}")
+    return "\n".join(lines)
+
+
+def strip_markdown(figures: ThroughputFigures | None) -> str:
+    """The compact line beside the chat."""
+    if figures is None:
+        return "*Server: no figures yet.*"
+    return (f"**Server now** · decode {figures.display('decode_tps')} · prefill {figures.display('prefill_tps')}"
+            f" · running {figures.display('running')} · KV {figures.display('kv_cache_pct')}")
+
+
+def frames(poller: MetricsPoller | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    rows = poller.series_frame() if poller else []
+    df = pd.DataFrame(rows, columns=["time", "decode_tps", "prefill_tps", "running", "waiting", "kv_pct",
+                                     "spec_acceptance"])
+    df["time"] = [dt.datetime.fromtimestamp(t) for t in df["time"]]
+
+    def long(columns: dict[str, str]) -> pd.DataFrame:
+        parts = [pd.DataFrame({"time": df["time"], "value": df[col], "series": label})
+                 for col, label in columns.items()]
+        out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["time", "value", "series"])
+        return out.dropna(subset=["value"])
+
+    return (
+        long({"decode_tps": "decode tok/s", "prefill_tps": "prefill tok/s"}),
+        long({"running": "running", "waiting": "waiting"}),
+        long({"kv_pct": "KV cache %"}),
+        long({"spec_acceptance": "acceptance rate"}),
+    )
+
+
+def create_ui(shared: SharedPoller) -> ThroughputTab:
+    timer = gr.Timer(TICK_S, active=False)
+    with gr.Row():
+        with gr.Column(scale=2):
+            empty = pd.DataFrame({"time": [], "value": [], "series": []})
+            tokens_plot = gr.LinePlot(empty, x="time", y="value", color="series", title="Tokens per second",
+                                      elem_id="plot-tokens", height=260)
+            requests_plot = gr.LinePlot(empty, x="time", y="value", color="series", title="Requests",
+                                        elem_id="plot-requests", height=200)
+            with gr.Row():
+                kv_plot = gr.LinePlot(empty, x="time", y="value", color="series", title="KV cache usage (%)",
+                                      elem_id="plot-kv", height=200)
+                spec_plot = gr.LinePlot(empty, x="time", y="value", color="series",
+                                        title="Speculative-decoding acceptance", elem_id="plot-spec", height=200)
+        with gr.Column(scale=1):
+            figures = gr.Markdown(figures_markdown(None), elem_id="throughput-figures")
+            with gr.Row():
+                export_csv = gr.DownloadButton("Export CSV")
+                export_json = gr.DownloadButton("Export JSON")
+    tab = ThroughputTab(figures, tokens_plot, requests_plot, kv_plot, spec_plot, export_csv, export_json, timer)
+
+    def tick():
+        latest = shared.tick()
+        return (figures_markdown(latest, shared.error), *frames(shared.poller()))
+
+    timer.tick(tick, None, [figures, tokens_plot, requests_plot, kv_plot, spec_plot], show_progress="hidden")
+
+    def export(kind: str):
+        poller = shared.poller()
+        if poller is None:
+            raise gr.Error("No server: nothing recorded yet.")
+        path = tempfile.NamedTemporaryFile(suffix=f".{kind}", prefix="throughput-", delete=False).name
+        return str(poller.export_csv(path) if kind == "csv" else poller.export_json(path))
+
+    export_csv.click(lambda: export("csv"), None, export_csv)
+    export_json.click(lambda: export("json"), None, export_json)
+    return tab
