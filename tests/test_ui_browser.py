@@ -88,6 +88,13 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
     assert "--enforce-eager" in command.inner_text()
     assert "embedded CPU demo engine" in page.locator("#recipe-summary").inner_text()
     page.screenshot(path=str(artifacts_dir / "ui-recipe.png"), full_page=True)
+    # A free port, not 8000: other servers may run on this machine.
+    page.get_by_text("Server options").click()
+    port = free_port()
+    port_box = page.locator("#recipe-port input")
+    port_box.fill(str(port))
+    port_box.press("Enter")
+    _wait_for(lambda: f"--port {port}" in command.inner_text(), 20, "the port in the command")
 
     page.get_by_role("tab", name="Server").click()
     page.locator("#server-launch").click()
@@ -100,14 +107,16 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
         assert phase in phases, f"phase {phase!r} missing from {phases!r}"
     page.screenshot(path=str(artifacts_dir / "ui-server-ready.png"), full_page=True)
     handle = demo.slot.handle
-    assert handle is not None and handle.group_pids()
+    assert handle is not None and handle.group_pids() and handle.port == port
 
     page.get_by_role("tab", name="Chat").click()
-    # SmolLM2 (135M) rambles at the model card's temperature 1.0; greedy answers are checkable.
+    # The demo recipe's sampling (SmolLM2's temperature 0.2), not Nemotron's 1.0; greedy is checkable.
     page.get_by_text("Options", exact=True).click()
     temperature = page.locator("#chat-temperature input[type=number]")
+    assert temperature.input_value() == "0.2"
     temperature.fill("0")
-    temperature.press("Enter")
+    temperature.blur()
+    page.wait_for_timeout(500)
     _send(page, "What is the capital of France?")
     _wait_for(lambda: "Paris" in _chatbot_text(page), 120, "an answer naming Paris", page,
               artifacts_dir / "ui-chat-timeout.png")
@@ -124,23 +133,31 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
     page.get_by_role("tab", name="Throughput").click()
     client = openai.OpenAI(base_url=handle.openai_base_url, api_key="x")
 
+    outcome = {}
+
     def long_request():
-        client.chat.completions.create(model=handle.model, messages=[{"role": "user", "content": "Count."}],
-                                       max_tokens=400, extra_body={"ignore_eos": True})
+        try:
+            r = client.chat.completions.create(model=handle.model, messages=[{"role": "user", "content": "Count."}],
+                                               max_tokens=400, extra_body={"ignore_eos": True})
+            outcome["tokens"] = r.usage.completion_tokens
+        except Exception as exc:  # reported by the assertion below
+            outcome["error"] = repr(exc)
 
     worker = threading.Thread(target=long_request)
     worker.start()
     figures = page.locator("#throughput-figures")
 
     def decode_rate():
-        m = re.search(r"Decode \(generated tokens/s\) \| ([\d.,]+)", figures.inner_text())
+        m = re.search(r"Decode \(generated tokens/s\)\s+([\d.,]+) tok/s", figures.inner_text())
         return m and float(m.group(1).replace(",", "")) > 1
-    _wait_for(decode_rate, 60, "a live decode rate", page, artifacts_dir / "ui-throughput-timeout.png")
+    _wait_for(decode_rate, 60, "a live decode rate", page,
+              artifacts_dir / "ui-throughput-timeout.png")
     points_before = len(page.locator("#plot-tokens").inner_html())
     time.sleep(3)
     page.screenshot(path=str(artifacts_dir / "ui-throughput.png"), full_page=True)
     assert len(page.locator("#plot-tokens").inner_html()) != points_before, "the plot did not update"
     worker.join(120)
+    assert outcome.get("tokens") == 400, outcome
 
     # Stop from the UI leaves nothing of the server's process group.
     page.get_by_role("tab", name="Server").click()

@@ -73,7 +73,9 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
             with gr.Tab("Chat", id="chat") as t_chat:
                 strip = gr.Markdown(throughput_tab.strip_markdown(None), elem_id="chat-strip")
                 strip_timer = gr.Timer(2.0, active=False)
-                chat = chat_tab.create_ui(resolve_for_chat, gr.State(None), request_hook=chat_request_hook)
+                default_recipe = catalog.recipe(recipe_tab.recipe_for_hardware(catalog, hardware))
+                chat = chat_tab.create_ui(resolve_for_chat, gr.State(None), request_hook=chat_request_hook,
+                                          sampling=default_recipe.workbench.get("chat_defaults"))
             with gr.Tab("Throughput", id="throughput") as t_throughput:
                 throughput = throughput_tab.create_ui(poller)
             with gr.Tab("Benchmark", id="benchmark") as t_bench:
@@ -90,6 +92,9 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
         def activate(name: str):
             return [name, *[gr.Timer(active=(key == name)) for key in timers]]
 
+        # Restore the saved chat when its tab opens: a component in a tab that
+        # was hidden at page load does not keep a value set by demo.load.
+        t_chat.select(chat_tab.restore, [chat.saved, chat.chatbot], chat.chatbot, show_progress="hidden")
         for name, tab in zip(TAB_NAMES, (t_recipe, t_server, t_chat, t_throughput, t_bench)):
             tab.select(lambda n=name: activate(n), None, [active_tab, *timer_list], show_progress="hidden")
         pause.click(lambda: [gr.Timer(active=False) for _ in timers], None, timer_list, queue=False)

@@ -45,7 +45,9 @@ def latency_frame(result: BenchResult | None) -> pd.DataFrame:
                 value = getattr(dist, q, None)
                 if value is not None:
                     rows.append({"metric": name, "percentile": q, "ms": value})
-    return pd.DataFrame(rows, columns=["metric", "percentile", "ms"])
+    # Category columns as object: Gradio's plots do not read pandas' string dtype as categories.
+    return pd.DataFrame(rows, columns=["metric", "percentile", "ms"]).astype(
+        {"metric": object, "percentile": object, "ms": float})
 
 
 def sweep_frame(results: list[BenchResult]) -> pd.DataFrame:
@@ -54,7 +56,8 @@ def sweep_frame(results: list[BenchResult]) -> pd.DataFrame:
             for name, v in (("output tok/s", r.summary.output_tok_s),
                             ("decode tok/s per user", r.summary.decode_tok_s_per_user.mean))
             if v is not None]
-    return pd.DataFrame(rows, columns=["concurrency", "value", "series"])
+    return pd.DataFrame(rows, columns=["concurrency", "value", "series"]).astype(
+        {"concurrency": float, "value": float, "series": object})
 
 
 def _progress_text(p) -> str:
@@ -84,9 +87,10 @@ def create_ui(resolve_url) -> BenchTab:
         with gr.Column(scale=2):
             progress = gr.Markdown("*Not run yet.*", elem_id="bench-progress")
             table = gr.Code(label="Result", language=None, lines=22, interactive=False, elem_id="bench-table")
-            latency_plot = gr.BarPlot(latency_frame(None), x="percentile", y="ms", color="metric",
+            # No initial value: a plot first drawn from an empty frame never draws its marks.
+            latency_plot = gr.BarPlot(None, x="percentile", y="ms", color="metric",
                                       title="Latency percentiles (ms)", elem_id="bench-latency", height=240)
-            sweep_plot = gr.LinePlot(sweep_frame([]), x="concurrency", y="value", color="series",
+            sweep_plot = gr.LinePlot(None, x="concurrency", y="value", color="series",
                                      title="Throughput vs concurrency", elem_id="bench-sweep", height=240)
             compare = gr.Dataframe(headers=["metric", "unit", "A (previous run)", "B (this run)", "change %"],
                                    label="Compare: the last two runs side by side", interactive=False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from workbench.chat import ChatOptions, ChatSession, Conversation
+from workbench.chat import ChatOptions, ChatSession, Conversation, TurnFinished
 from workbench.errors import WorkbenchError
 from workbench.tools import builtin_tools
 from workbench.ui.chat_view import TurnView
@@ -101,7 +101,8 @@ def _as_dicts(history) -> list[dict]:
 
 
 def create_ui(resolve_server: Callable[[str | None], tuple[str | None, str]], server_url: gr.State,
-              tools_default: bool = False, request_hook=None) -> ChatTab:
+              tools_default: bool = False, request_hook=None, sampling: dict | None = None) -> ChatTab:
+    sampling = {"temperature": 1.0, "top_p": 0.95, **(sampling or {})}
     saved = gr.BrowserState({"display": [], "conversation": None}, storage_key=STORAGE_KEY,
                             secret=STORAGE_SECRET)
     session = gr.State(None)
@@ -126,8 +127,8 @@ def create_ui(resolve_server: Callable[[str | None], tuple[str | None, str]], se
                 with gr.Row():
                     budget = gr.Number(None, precision=0, label="Reasoning budget (tokens, empty: none)")
                     max_tokens = gr.Number(1024, precision=0, label="Max tokens (reasoning counts)")
-                    temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature", elem_id="chat-temperature")
-                    top_p = gr.Slider(0.05, 1, value=0.95, step=0.05, label="Top p")
+                    temperature = gr.Slider(0, 2, value=sampling["temperature"], step=0.05, label="Temperature", elem_id="chat-temperature")
+                    top_p = gr.Slider(0.05, 1, value=sampling["top_p"], step=0.05, label="Top p")
                 system_prompt = gr.Textbox(label="System prompt", lines=2)
         with gr.Column(scale=2):
             stats_panel = gr.Markdown("*No turn yet.*", elem_id="chat-stats")
@@ -179,8 +180,11 @@ def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> N
             now = time.monotonic()
             if changed or now - last >= REDRAW_INTERVAL_S:
                 last = now
+                # Save with the statistics, so a reload right after the turn keeps it.
+                keep = ({"display": display + view.messages, "conversation": session.conversation.to_dict()}
+                        if isinstance(event, TurnFinished) else gr.skip())
                 yield (display + view.messages, view.reasoning_text(), view.tools_text(), view.answer,
-                       view.stats_md or "*Streaming…*", gr.skip(), session, "")
+                       view.stats_md or "*Streaming…*", keep, session, "")
         view.finish()
         display = display + view.messages
         saved = {"display": display, "conversation": session.conversation.to_dict()}
@@ -224,7 +228,8 @@ def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> N
     tab.export.click(export_fn, [tab.saved, tab.session], tab.export)
 
 
-def restore(saved: dict | None):
-    """On page load: the conversation as it was shown before the reload."""
-    display = (saved or {}).get("display") or []
-    return display
+def restore(saved: dict | None, shown=None):
+    """After a reload: the conversation as it was shown before (unless one is shown)."""
+    if shown:
+        return gr.skip()
+    return (saved or {}).get("display") or []

@@ -61,7 +61,7 @@ class TurnView:
         if isinstance(event, ContentDelta):
             return self._content(event.text)
         if isinstance(event, ToolCallStarted):
-            block = _block(f"🛠 {event.name}", "", status="pending", id=f"tool-{event.step}-{event.index}",
+            block = _block(f"Tool call · {event.name}", "", status="pending", id=f"tool-{event.step}-{event.index}",
                            log="calling…")
             key = (event.step, event.index)
             self._tools[key] = block

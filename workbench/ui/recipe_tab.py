@@ -176,7 +176,7 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
             features = gr.CheckboxGroup(c["features"], value=c["default_features"], label="Features")
             spec = gr.Dropdown(c["spec"], value=NO_SPEC, label="Speculative decoding")
             with gr.Accordion("Server options", open=False):
-                port = gr.Number(value=8000, precision=0, label="Port")
+                port = gr.Number(value=8000, precision=0, label="Port", elem_id="recipe-port")
                 served = gr.Textbox(label="Served model name", placeholder="(model id)")
                 max_len = gr.Number(value=None, precision=0, label="Max model length")
                 extra = gr.Textbox(label="Extra flags (appended last, override earlier ones)")

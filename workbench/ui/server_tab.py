@@ -120,7 +120,8 @@ def create_ui(slot: ServerSlot, plan_state: gr.State) -> ServerTab:
     plan_state.change(show_plan, plan_state, plan_md)
 
     def refresh():
-        handle = slot.current()
+        # The live server, else the last one this app had (to show how it ended).
+        handle = slot.current() or slot.handle
         if handle is not None and not handle.supervised:
             handle.refresh()
         lines = handle.log_tail(30) if handle else []

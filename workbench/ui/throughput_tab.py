@@ -3,7 +3,6 @@ compact strip shown beside the chat."""
 
 from __future__ import annotations
 
-import datetime as dt
 import tempfile
 import threading
 import time
@@ -110,16 +109,19 @@ def strip_markdown(figures: ThroughputFigures | None) -> str:
 
 
 def frames(poller: MetricsPoller | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Long-form frames for the plots; x is seconds relative to the newest scrape (0 = now)."""
     rows = poller.series_frame() if poller else []
     df = pd.DataFrame(rows, columns=["time", "decode_tps", "prefill_tps", "running", "waiting", "kv_pct",
                                      "spec_acceptance"])
-    df["time"] = [dt.datetime.fromtimestamp(t) for t in df["time"]]
+    times = df["time"].astype(float)
+    seconds = (times - times.max()).round(2) if len(df) else times
 
     def long(columns: dict[str, str]) -> pd.DataFrame:
-        parts = [pd.DataFrame({"time": df["time"], "value": df[col], "series": label})
+        # object, not pandas' string dtype: Gradio's plots read only object columns as categories.
+        parts = [pd.DataFrame({"seconds": seconds, "value": df[col].astype(float),
+                               "series": pd.Series([label] * len(df), dtype=object)})
                  for col, label in columns.items()]
-        out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["time", "value", "series"])
-        return out.dropna(subset=["value"])
+        return pd.concat(parts, ignore_index=True).dropna(subset=["value"])
 
     return (
         long({"decode_tps": "decode tok/s", "prefill_tps": "prefill tok/s"}),
@@ -133,15 +135,16 @@ def create_ui(shared: SharedPoller) -> ThroughputTab:
     timer = gr.Timer(TICK_S, active=False)
     with gr.Row():
         with gr.Column(scale=2):
-            empty = pd.DataFrame({"time": [], "value": [], "series": []})
-            tokens_plot = gr.LinePlot(empty, x="time", y="value", color="series", title="Tokens per second",
+            # No initial value: a plot first drawn from an empty frame never draws its lines.
+            empty = None
+            tokens_plot = gr.LinePlot(empty, x="seconds", y="value", color="series", x_title="seconds (0 = now)", title="Tokens per second",
                                       elem_id="plot-tokens", height=260)
-            requests_plot = gr.LinePlot(empty, x="time", y="value", color="series", title="Requests",
+            requests_plot = gr.LinePlot(empty, x="seconds", y="value", color="series", x_title="seconds (0 = now)", title="Requests",
                                         elem_id="plot-requests", height=200)
             with gr.Row():
-                kv_plot = gr.LinePlot(empty, x="time", y="value", color="series", title="KV cache usage (%)",
+                kv_plot = gr.LinePlot(empty, x="seconds", y="value", color="series", x_title="seconds (0 = now)", title="KV cache usage (%)",
                                       elem_id="plot-kv", height=200)
-                spec_plot = gr.LinePlot(empty, x="time", y="value", color="series",
+                spec_plot = gr.LinePlot(empty, x="seconds", y="value", color="series", x_title="seconds (0 = now)",
                                         title="Speculative-decoding acceptance", elem_id="plot-spec", height=200)
         with gr.Column(scale=1):
             figures = gr.Markdown(figures_markdown(None), elem_id="throughput-figures")
