@@ -296,3 +296,18 @@ def test_cli_without_url_or_launcher_says_what_to_pass():
         with pytest.raises(WorkbenchError, match="No server URL given"):
             resolve_url(None)
     assert resolve_url("http://x:1") == "http://x:1"
+
+
+def test_stream_and_send_work_where_a_loop_already_runs():
+    """A Jupyter kernel's thread runs an event loop; the sync API must still work there."""
+    import asyncio
+
+    async def inside_a_running_loop():
+        session, _ = replay_session(CONTENT)
+        events = list(session.stream("Hi"))
+        second, _ = replay_session(CONTENT)
+        return events, second.send("Hi")
+
+    events, result = asyncio.run(inside_a_running_loop())
+    assert "".join(e.text for e in of(events, ContentDelta)) == "\n\nHello! How can I help?"
+    assert result.content == "\n\nHello! How can I help?" and result.error is None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -607,7 +608,37 @@ class ChatSession:
             self._turns += 1
 
     def stream(self, user_text: str | None) -> Iterator[ChatEvent]:
-        """`astream` for synchronous callers: runs it on a private event loop."""
+        """`astream` for synchronous callers: runs it on a private event loop.
+
+        Where this thread already runs a loop (a Jupyter kernel), the private
+        loop cannot run here, so it runs on a worker thread instead."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            yield from self._stream_here(user_text)
+            return
+        yield from self._stream_on_worker(user_text)
+
+    def _stream_on_worker(self, user_text: str | None) -> Iterator[ChatEvent]:
+        events: queue.Queue = queue.Queue()
+        done = object()
+
+        def pump() -> None:
+            try:
+                for event in self._stream_here(user_text):
+                    events.put(event)
+            except BaseException as exc:  # handed to the caller's thread below
+                events.put(exc)
+            finally:
+                events.put(done)
+
+        threading.Thread(target=pump, name="chat-stream", daemon=True).start()
+        while (item := events.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _stream_here(self, user_text: str | None) -> Iterator[ChatEvent]:
         loop = asyncio.new_event_loop()
         agen = self.astream(user_text)
         try:
