@@ -124,6 +124,16 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
     assert "time to first token" in page.locator("#chat-stats").inner_text()
     page.screenshot(path=str(artifacts_dir / "ui-chat.png"), full_page=True)
 
+    # Stop mid-answer: the partial answer stays, and so does the earlier turn.
+    _send(page, "Write a very long story about a dragon who learns to cook.")
+    _wait_for(lambda: "dragon" in page.locator("#answer-panel").inner_text().lower()
+              or len(page.locator("#answer-panel").inner_text()) > 40, 60, "the story to start")
+    page.locator("#chat-stop").click()
+    _wait_for(lambda: "Stopped. The partial answer is kept" in _chatbot_text(page), 30, "the stopped notice",
+              page, artifacts_dir / "ui-stop-timeout.png")
+    assert "Paris" in _chatbot_text(page)
+    _wait_for(lambda: "stopped" in page.locator("#chat-stats").inner_text(), 20, "the stopped turn's stats")
+
     # The conversation survives a reload.
     page.reload()
     page.get_by_role("tab", name="Chat").click()
@@ -164,6 +174,14 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
     page.locator("#server-stop").click()
     _wait_for(lambda: "stopped" in status.inner_text(), 60, "the server to stop")
     assert handle.group_pids() == []
+
+    # Chatting with no server: the error is shown inside the turn and the history is kept.
+    page.get_by_role("tab", name="Chat").click()
+    _send(page, "Are you there?")
+    _wait_for(lambda: "No server is running" in _chatbot_text(page), 30, "the error inside the turn",
+              page, artifacts_dir / "ui-error-timeout.png")
+    assert "Paris" in _chatbot_text(page) and "Stopped. The partial answer is kept" in _chatbot_text(page)
+    page.screenshot(path=str(artifacts_dir / "ui-error-kept-history.png"), full_page=True)
     page.close()
 
 

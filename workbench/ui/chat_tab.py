@@ -160,8 +160,7 @@ def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> N
             session = _session_for(session, base_url, saved, _options(*option_values), request_hook)
         except WorkbenchError as exc:
             view = TurnView(text or "")
-            view.messages.append({"role": "assistant", "content": f"**Error:** {exc.message}\n\n{exc.hint or ''}",
-                                  "metadata": {"title": "⚠ Error", "status": "done"}})
+            view.messages.append({"role": "assistant", "content": f"⚠ **Error:** {exc.message}\n\n{exc.hint or ''}"})
             yield display + view.messages, "", "", "", "", saved, session, text
             return
         if regenerate:

@@ -104,12 +104,13 @@ class TurnView:
                 trace["error" if event.error else "result"] = event.error or event.result
             return True
         if isinstance(event, Notice):
+            # Plain messages, not collapsed blocks: the user must see these.
             text = f"ℹ️ {event.message}" + (f" {event.hint}" if event.hint else "")
-            self.messages.append(_block("Notice", text, status="done"))
+            self.messages.append({"role": "assistant", "content": text})
             return True
         if isinstance(event, ErrorEvent):
-            text = f"**Error:** {event.message}" + (f"\n\n{event.hint}" if event.hint else "")
-            self.messages.append(_block("⚠ Error", text, status="done"))
+            text = f"⚠ **Error:** {event.message}" + (f"\n\n{event.hint}" if event.hint else "")
+            self.messages.append({"role": "assistant", "content": text})
             return True
         if isinstance(event, TurnFinished):
             self.stats_md = format_stats(event)
