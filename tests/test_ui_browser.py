@@ -4,6 +4,7 @@ tool calls from the forcing model; live throughput; reload keeps the chat."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -123,6 +124,15 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
     _wait_for(lambda: "decode" in page.locator("#chat-stats").inner_text(), 60, "the turn's statistics")
     assert "time to first token" in page.locator("#chat-stats").inner_text()
     page.screenshot(path=str(artifacts_dir / "ui-chat.png"), full_page=True)
+
+    # Export: one click downloads the conversation as the workbench's JSON.
+    page.wait_for_timeout(1000)
+    with page.expect_download(timeout=20000) as download:
+        page.locator("#chat-export").click()
+    exported = json.loads(Path(download.value.path()).read_text())
+    assert exported["format"] == "workbench-conversation/1"
+    assert [m["role"] for m in exported["messages"]] == ["user", "assistant"]
+    assert "Paris" in exported["messages"][1]["content"]
 
     # Stop mid-answer: the partial answer stays, and so does the earlier turn.
     _send(page, "Write a very long story about a dragon who learns to cook.")

@@ -196,12 +196,23 @@ def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> N
     def regenerate_fn(history, url, saved, session, *opts):
         yield from run_turn("", history, url, saved, session, *opts, regenerate=True)
 
+    def export_fn(saved, session):
+        conversation = session.conversation if session is not None else (
+            Conversation.from_dict(saved["conversation"]) if saved and saved.get("conversation") else Conversation())
+        path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
+        with path:
+            json.dump(conversation.to_dict(), path, indent=2)
+        return path.name
+
     inputs = [tab.message, tab.chatbot, server_url, tab.saved, tab.session, *tab.options]
     # A workshop has many people chatting at once: don't serialise them behind
     # Gradio's default concurrency limit of 1.
+    # The export button always holds the conversation as it stands, so one click downloads it.
     for trigger in (tab.send.click, tab.message.submit):
-        trigger(send_fn, inputs, outputs, concurrency_limit=32, concurrency_id="chat")
-    tab.regenerate.click(regenerate_fn, inputs[1:], outputs, concurrency_limit=32, concurrency_id="chat")
+        trigger(send_fn, inputs, outputs, concurrency_limit=32, concurrency_id="chat").then(
+            export_fn, [tab.saved, tab.session], tab.export, show_progress="hidden")
+    tab.regenerate.click(regenerate_fn, inputs[1:], outputs, concurrency_limit=32, concurrency_id="chat").then(
+        export_fn, [tab.saved, tab.session], tab.export, show_progress="hidden")
 
     def stop_fn(session):
         if session is not None:
@@ -214,17 +225,9 @@ def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> N
             session.reset()
         return [], "", "", "", "*No turn yet.*", {"display": [], "conversation": None}, session
 
-    tab.clear.click(clear_fn, tab.session, outputs[:-1])
+    tab.clear.click(clear_fn, tab.session, outputs[:-1]).then(
+        export_fn, [tab.saved, tab.session], tab.export, show_progress="hidden")
 
-    def export_fn(saved, session):
-        conversation = session.conversation if session is not None else (
-            Conversation.from_dict(saved["conversation"]) if saved and saved.get("conversation") else Conversation())
-        path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
-        with path:
-            json.dump(conversation.to_dict(), path, indent=2)
-        return path.name
-
-    tab.export.click(export_fn, [tab.saved, tab.session], tab.export)
 
 
 def restore(saved: dict | None, shown=None):
