@@ -57,6 +57,7 @@ __all__ = [
     "dedupe_args",
     "default_recipes_dir",
     "load_catalog",
+    "provenance_rows",
     "render",
     "shell_quote",
 ]
@@ -749,6 +750,24 @@ def _docker_word(t: str, line: list[str]) -> str:
     if t.startswith("~/"):
         return t  # the shell expands ~ only when it is left bare
     return shell_quote(t)
+
+
+def provenance_rows(plan: LaunchPlan, catalog: Catalog) -> list[list[str]]:
+    """[flag or env var, value, layer it came from, why] for every flag and env var of a plan."""
+    recipe = catalog.recipe(plan.recipe_id)
+    env_help = recipe.workbench.get("env") or {}
+    rows = [[name, value, "env", env_help.get(name, "")] for name, value in plan.env.items()]
+    argv = plan.argv
+    i = 3 if argv[:2] == ["vllm", "serve"] else 2  # after the binary (+ subcommand) and the model
+    while i < len(argv):
+        flag, value = argv[i], ""
+        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        if flag.startswith("-"):
+            rows.append([flag, value, plan.provenance.get(flag, ""), recipe.flag_help(flag) or ""])
+    return rows
 
 
 # ── Rendering ───────────────────────────────────────────────────────────────

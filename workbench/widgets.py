@@ -50,7 +50,7 @@ from workbench.chat import (
     TurnResult,
 )
 from workbench.errors import WorkbenchError
-from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, render
+from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, provenance_rows, render
 
 __all__ = [
     "KEEP_SERVER_ENV",
@@ -110,24 +110,6 @@ def _table(header: list[str], rows: list[list[str]], *, raw: bool = False,
 
 
 # ── recipe choice -> command and provenance ─────────────────────────────────
-
-
-def provenance_rows(plan: LaunchPlan, catalog: Catalog) -> list[list[str]]:
-    """[flag or env var, value, layer it came from, why] for every flag and env var of a plan."""
-    recipe = catalog.recipe(plan.recipe_id)
-    env_help = recipe.workbench.get("env") or {}
-    rows = [[name, value, "env", env_help.get(name, "")] for name, value in plan.env.items()]
-    argv = plan.argv
-    i = 3 if argv[:2] == ["vllm", "serve"] else 2  # after the binary (+ subcommand) and the model
-    while i < len(argv):
-        flag, value = argv[i], ""
-        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            value = argv[i + 1]
-            i += 1
-        i += 1
-        if flag.startswith("-"):
-            rows.append([flag, value, plan.provenance.get(flag, ""), recipe.flag_help(flag) or ""])
-    return rows
 
 
 def _layer_badge(layer: str) -> str:

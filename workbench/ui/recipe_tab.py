@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from workbench.errors import WorkbenchError
-from workbench.recipes import Catalog, LaunchPlan, Selection, render
+from workbench.recipes import Catalog, LaunchPlan, Selection, provenance_rows, render
 
 NO_SPEC = "none"
 NO_PRESET = "(none: build from the choices)"
@@ -126,24 +126,6 @@ def describe_plan(plan: LaunchPlan, catalog: Catalog) -> str:
     return "\n".join(lines)
 
 
-def provenance_rows(plan: LaunchPlan, catalog: Catalog) -> list[list[str]]:
-    recipe = catalog.recipe(plan.recipe_id)
-    rows = []
-    argv = plan.argv
-    i = 3 if argv[:2] == ["vllm", "serve"] else 2
-    while i < len(argv):
-        flag = argv[i]
-        value = ""
-        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            value = argv[i + 1]
-            i += 1
-        i += 1
-        if not flag.startswith("-"):
-            continue
-        rows.append([flag, value, plan.provenance.get(flag, ""), recipe.flag_help(flag) or ""])
-    return rows
-
-
 def render_outputs(catalog: Catalog, *values):
     """Render the selection; a bad choice shows its message instead of a command."""
     try:
@@ -155,7 +137,8 @@ def render_outputs(catalog: Catalog, *values):
         describe_plan(plan, catalog),
         plan.shell_command(multiline=True),
         plan.docker_command(multiline=True) if plan.docker_argv else "",
-        provenance_rows(plan, catalog),
+        # Flags only here; the command box above already leads with the env vars.
+        [row for row in provenance_rows(plan, catalog) if row[2] != "env"],
         plan.to_dict(),
     )
 
