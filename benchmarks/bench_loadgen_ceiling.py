@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fixed_rate_server import FixedRateServer  # noqa: E402
+from tests.helpers.fixed_rate_server import FixedRateServer  # noqa: E402
 from workbench.bench import BenchConfig, run_benchmark  # noqa: E402
 
 

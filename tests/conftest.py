@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_servers import RunningServer, start_vllm_server
+from tests.helpers.vllm_servers import RunningServer, start_vllm_server
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDED = FIXTURES / "vllm-0.32.0-cpu"
@@ -21,14 +21,14 @@ def artifacts_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def demo_model_dir() -> Path:
-    from workbench.demo_model import build_demo_model
+    from workbench.demo.models import build_demo_model
 
     return build_demo_model().path
 
 
 @pytest.fixture(scope="session")
 def forcing_model_dir() -> Path:
-    from workbench.demo_model import build_forcing_model
+    from workbench.demo.models import build_forcing_model
 
     return build_forcing_model().path
 
@@ -46,8 +46,8 @@ def demo_server(demo_model_dir: Path, artifacts_dir: Path):
 @pytest.fixture(scope="session")
 def forcing_server(forcing_model_dir: Path, artifacts_dir: Path) -> RunningServer:
     """The tiny forcing model with Nemotron's reasoning and tool parsers on."""
-    from workbench.demo_model import special_token_ids
-    from workbench.forcing import FORCING_SERVER_FLAGS
+    from workbench.demo.models import special_token_ids
+    from workbench.demo.forcing import FORCING_SERVER_FLAGS
 
     server = start_vllm_server(
         "forcing",

@@ -1,12 +1,14 @@
 """The benchmark's figures against known truth.
 
-The fixed-rate server (tests/fixed_rate_server.py) streams on an exact schedule,
+The fixed-rate server (tests/helpers/fixed_rate_server.py) streams on an exact schedule,
 so every figure has a true value; the benchmark must agree within 1 % or 10 ms
 (asyncio timers and loopback add well under a millisecond per event). The event
 classifier is checked on real vLLM recordings.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import json
 import math
@@ -16,7 +18,7 @@ import numpy
 import pytest
 
 from tests.conftest import RECORDED
-from tests.fixed_rate_server import FixedRateServer
+from tests.helpers.fixed_rate_server import FixedRateServer
 from workbench.bench import (
     BenchConfig,
     BenchResult,
@@ -28,9 +30,11 @@ from workbench.bench import (
     run_benchmark,
     sweep_levels,
 )
-from workbench.bench_client import classify_event, counter_deltas, parse_counters
-from workbench.bench_metrics import Distribution, EventKind, RequestRecord, percentile, summarize
-from workbench.bench_report import TerminalProgress, format_comparison, format_result
+from workbench.bench.client import classify_event, counter_deltas
+from workbench.bench.records import ChunkKind, RequestRecord
+from workbench.bench.summary import Distribution, percentile, summarize
+from workbench.metrics import parse_metrics
+from workbench.bench.report import TerminalProgress, format_comparison, format_result
 from workbench.errors import WorkbenchError
 
 MS = 1_000_000
@@ -54,21 +58,21 @@ def recorded_events(name: str) -> list[str]:
     return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
 
 
-def slow_kind(data: str) -> EventKind:
+def slow_kind(data: str) -> ChunkKind:
     """The reference: parse everything with json.loads."""
     if data == "[DONE]":
-        return EventKind.DONE
+        return ChunkKind.DONE
     event = json.loads(data)
     if not event.get("choices"):
-        return EventKind.USAGE
+        return ChunkKind.USAGE
     delta = event["choices"][0]["delta"]
     if delta.get("tool_calls"):
-        return EventKind.TOOL_CALL
+        return ChunkKind.TOOL_CALL
     if delta.get("content"):
-        return EventKind.CONTENT
+        return ChunkKind.CONTENT
     if delta.get("reasoning") or delta.get("reasoning_content"):
-        return EventKind.REASONING
-    return EventKind.ROLE if delta.get("role") else EventKind.EMPTY
+        return ChunkKind.REASONING
+    return ChunkKind.ROLE if delta.get("role") else ChunkKind.EMPTY
 
 
 @pytest.mark.parametrize(
@@ -79,8 +83,8 @@ def test_fast_path_classifies_recorded_vllm_streams_like_json_loads(name: str) -
     events = recorded_events(name)
     kinds = [classify_event(data)[0] for data in events]
     assert kinds == [slow_kind(data) for data in events]
-    assert kinds[0] is EventKind.ROLE  # {"role":"assistant","content":""} is not a token
-    assert kinds[-2:] == [EventKind.USAGE, EventKind.DONE]
+    assert kinds[0] is ChunkKind.ROLE  # {"role":"assistant","content":""} is not a token
+    assert kinds[-2:] == [ChunkKind.USAGE, ChunkKind.DONE]
 
 
 def test_recorded_reasoning_then_content_gives_ttfo_after_ttft() -> None:
@@ -90,22 +94,22 @@ def test_recorded_reasoning_then_content_gives_ttfo_after_ttft() -> None:
         kind, _ = classify_event(data)
         record.add_event((i + 1) * MS, kind)
     kinds = record.kinds()
-    first_reasoning = kinds.index(EventKind.REASONING)
-    first_content = kinds.index(EventKind.CONTENT)
+    first_reasoning = kinds.index(ChunkKind.REASONING)
+    first_content = kinds.index(ChunkKind.CONTENT)
     assert record.ttft_ns == (first_reasoning + 1) * MS
     assert record.ttfo_ns == (first_content + 1) * MS > record.ttft_ns
 
 
 def test_tool_call_chunks_are_token_chunks_and_output() -> None:
     kinds = [classify_event(d)[0] for d in recorded_events("stream_reasoning_toolcall.sse")]
-    assert EventKind.TOOL_CALL in kinds
-    assert EventKind.TOOL_CALL.is_token_chunk and EventKind.TOOL_CALL.is_output
+    assert ChunkKind.TOOL_CALL in kinds
+    assert ChunkKind.TOOL_CALL.is_token_chunk and ChunkKind.TOOL_CALL.is_output
 
 
 def test_fast_path_steps_aside_for_two_key_deltas() -> None:
     data = '{"choices":[{"index":0,"delta":{"reasoning":"a","content":"b"},"finish_reason":null}]}'
     kind, parsed = classify_event(data)
-    assert parsed is not None and kind is EventKind.CONTENT
+    assert parsed is not None and kind is ChunkKind.CONTENT
 
 
 # ---------------------------------------------------------------- summary math from timestamps
@@ -114,11 +118,11 @@ def test_fast_path_steps_aside_for_two_key_deltas() -> None:
 def record_from(start: int, token_times_ms: list[float], prompt: int, output: int, first_chunk: int) -> RequestRecord:
     record = RequestRecord(index=0, start_ns=start, prompt_tokens=prompt, completion_tokens=output,
                            first_chunk_tokens=first_chunk)
-    record.add_event(start + 1 * MS, EventKind.ROLE)
+    record.add_event(start + 1 * MS, ChunkKind.ROLE)
     for t in token_times_ms:
-        record.add_event(start + int(t * MS), EventKind.CONTENT)
-    record.add_event(start + int(token_times_ms[-1] * MS), EventKind.USAGE)
-    record.add_event(start + int(token_times_ms[-1] * MS), EventKind.DONE)
+        record.add_event(start + int(t * MS), ChunkKind.CONTENT)
+    record.add_event(start + int(token_times_ms[-1] * MS), ChunkKind.USAGE)
+    record.add_event(start + int(token_times_ms[-1] * MS), ChunkKind.DONE)
     return record
 
 
@@ -161,12 +165,12 @@ def test_percentiles_match_numpy() -> None:
 
 
 def test_counters_parse_recorded_vllm_metrics() -> None:
-    idle = parse_counters((RECORDED / "metrics_idle.prom").read_text())
-    loaded = parse_counters((RECORDED / "metrics_under_load.prom").read_text())
+    idle = parse_metrics((RECORDED / "metrics_idle.prom").read_text())
+    loaded = parse_metrics((RECORDED / "metrics_under_load.prom").read_text())
     delta = counter_deltas(idle, loaded)
     assert delta.prompt_tokens == 5909 - 789 and delta.generation_tokens == 29522 - 8836
-    spec = parse_counters((RECORDED / "metrics_spec_decode_ngram.prom").read_text())
-    zero = {k: 0.0 for k in spec}
+    spec = parse_metrics((RECORDED / "metrics_spec_decode_ngram.prom").read_text())
+    zero = dataclasses.replace(spec, counters={k: 0.0 for k in spec.counters})
     d = counter_deltas(zero, spec)
     assert d.spec_acceptance_rate == pytest.approx(45 / 4296)
     assert d.spec_mean_acceptance_length == pytest.approx(1 + 45 / 1497)

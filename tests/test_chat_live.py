@@ -22,8 +22,8 @@ from workbench.chat import (
     ToolResult,
     TurnFinished,
 )
-from workbench.forcing import forcing_extra_body, reasoning_then_answer, reasoning_then_tool_call
-from workbench.tools import builtin_tools
+from workbench.demo.forcing import forcing_extra_body, reasoning_then_answer, reasoning_then_tool_call
+from workbench.chat.tools import builtin_tools
 
 pytestmark = pytest.mark.vllm
 
@@ -227,7 +227,8 @@ def test_cli_chat_against_smollm2(demo_server):
     proc = subprocess.run(
         [sys.executable, "-m", "workbench", "chat", "--url", demo_server.base_url,
          "--no-reasoning", "--temperature", "0", "--max-tokens", "32",
-         "What is the capital of France?"],
+         # Greedy at bf16 on AMX CPUs strays on the bare question; this wording answers alike in fp32 and bf16.
+         "What is the capital of France? Answer in one sentence."],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import RECORDED
+from tests.helpers.replay import replay_async_client
 from workbench.chat import (
     ChatOptions,
     ChatSession,
@@ -21,11 +22,10 @@ from workbench.chat import (
     ToolResult,
     TurnFinished,
     Usage,
-    normalize_base_url,
 )
+from workbench.chat.tools import ToolRegistry
 from workbench.errors import WorkbenchError
-from workbench.sse_replay import replay_async_client
-from workbench.tools import ToolRegistry
+from workbench.urls import normalize_base_url
 
 TOOLCALL = RECORDED / "stream_reasoning_toolcall.sse"
 CONTENT = RECORDED / "stream_reasoning_content.sse"
@@ -272,7 +272,7 @@ def test_bad_options_say_what_to_change():
 def test_cli_renders_answer_to_stdout_and_the_rest_to_stderr(capsys):
     import io
 
-    from workbench.commands.chat import render_events
+    from workbench.cli.chat import render_events
 
     session, _ = replay_session(TOOLCALL, CONTENT, tools=ToolRegistry([get_weather]))
     out, err = io.StringIO(), io.StringIO()
@@ -285,17 +285,14 @@ def test_cli_renders_answer_to_stdout_and_the_rest_to_stderr(capsys):
     assert "[stats] finish=stop" in err.getvalue()
 
 
-def test_cli_without_url_or_launcher_says_what_to_pass():
-    from workbench.commands.chat import resolve_url
+def test_cli_without_url_or_running_server_says_what_to_pass(tmp_path, monkeypatch):
+    from workbench.server import resolve_server_url
 
-    try:
-        from workbench.launcher import find_running
-    except ImportError:
-        find_running = None
-    if find_running is None or find_running() is None:
-        with pytest.raises(WorkbenchError, match="No server URL given"):
-            resolve_url(None)
-    assert resolve_url("http://x:1") == "http://x:1"
+    # An empty state folder: no server the workbench started is running.
+    monkeypatch.setenv("WORKBENCH_STATE_DIR", str(tmp_path))
+    with pytest.raises(WorkbenchError, match="No server URL given"):
+        resolve_server_url(None)
+    assert resolve_server_url("http://x:1") == "http://x:1"
 
 
 def test_stream_and_send_work_where_a_loop_already_runs():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.diagnosis import Diagnosis, diagnose
+from workbench.server.diagnosis import Diagnosis, diagnose
 
 LOGS = Path(__file__).parent / "fixtures" / "launch-logs"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from workbench.hardware import (
+from workbench.server.hardware import (
     QUERY_ARGS, GpuInfo, detect, detect_hardware, hardware_id_for, parse_meminfo_gb, parse_query_gpu,
 )
 from workbench.recipes import load_catalog

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RECORDED
-from tests.vllm_servers import free_port
+from workbench.server import free_port
 from workbench import metrics
 from workbench.cli import main
-from workbench.commands.metrics import format_table
+from workbench.cli.metrics import format_table
+from workbench.errors import WorkbenchError
 from workbench.metrics import (
     NOT_REPORTED,
     SERIES_COLUMNS,
@@ -361,9 +362,11 @@ def test_metrics_url_forms():
     assert metrics_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
     assert metrics_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/metrics"
     assert metrics_url("http://127.0.0.1:8000/metrics") == "http://127.0.0.1:8000/metrics"
-    with pytest.raises(MetricsError) as caught:
-        metrics_url("127.0.0.1:8000")
-    assert "--url http://" in caught.value.hint
+    # One normaliser for every client: a bare host:port means http, as in chat.
+    assert metrics_url("127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
+    with pytest.raises(WorkbenchError) as caught:
+        metrics_url("ftp://127.0.0.1:8000")
+    assert "http://127.0.0.1:8000" in caught.value.hint
 
 
 def test_text_that_is_not_vllm_metrics_is_refused():

@@ -17,7 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.vllm_servers import start_vllm_server
+from tests.helpers.vllm_servers import start_vllm_server
 from workbench.metrics import NOT_REPORTED, MetricsPoller, derive_figures
 
 pytestmark = pytest.mark.vllm
@@ -143,8 +143,15 @@ def test_metrics_command_draws_a_table_and_writes_csv(demo_server, tmp_path: Pat
     assert "spec decode  acceptance not reported" in done.stdout
     assert "\x1b[" not in done.stdout  # not a terminal: no redraw codes
     rows = list(csv.DictReader(csv_path.open()))
-    assert len(rows) == 3 and float(rows[2]["decode_tps"]) >= 0
-    assert len(json.loads(json_path.read_text())["figures"]) == 3
+    figures = json.loads(json_path.read_text())["figures"]
+    assert len(rows) == 3 and len(figures) == 3
+    # The same three scrapes, exported two ways: the first counts since the server started,
+    # the later ones over the window between scrapes.
+    assert [r["basis"] for r in rows] == [f["basis"] for f in figures] == ["since_start", "window", "window"]
+    for row, figure in zip(rows, figures):
+        assert float(row["decode_tps"]) == pytest.approx(figure["decode_tps"])
+        assert float(row["generation_tokens"]) == pytest.approx(figure["generation_tokens"])
+    assert float(rows[2]["window_s"]) == pytest.approx(2 * INTERVAL_S, abs=INTERVAL_S)
     assert f"wrote {csv_path}" in done.stderr
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.vllm_servers import free_port
-from workbench.commands.notebooks import jupyter_lab_argv, notebooks_dir
+from workbench.server import free_port
+from workbench.cli.notebooks import jupyter_lab_argv, notebooks_dir
 
 pytestmark = pytest.mark.browser
 

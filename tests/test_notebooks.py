@@ -89,14 +89,14 @@ def _widget_values(nb: nbformat.NotebookNode) -> str:
 @pytest.fixture(scope="module")
 def notebook_state_dir(tmp_path_factory):
     """One state dir for the whole run, so the notebooks find each other's servers."""
-    from workbench import launcher
+    from workbench import server
 
     state_dir = tmp_path_factory.mktemp("workbench-state")
     yield state_dir
-    for handle in launcher.list_servers(state_dir):
-        if handle.status is not launcher.Status.STOPPED and handle.is_alive():
+    for handle in server.list_servers(state_dir):
+        if handle.status is not server.Status.STOPPED and handle.is_alive():
             handle.stop()
-    assert not [h for h in launcher.list_servers(state_dir) if h.is_alive()], "a notebook server was left running"
+    assert not [h for h in server.list_servers(state_dir) if h.is_alive()], "a notebook server was left running"
 
 
 def execute(name: str, state_dir: Path, keep: bool, artifacts_dir: Path, monkeypatch) -> nbformat.NotebookNode:
@@ -119,9 +119,9 @@ def execute(name: str, state_dir: Path, keep: bool, artifacts_dir: Path, monkeyp
 
 
 def _demo_servers(state_dir: Path) -> list:
-    from workbench import launcher
+    from workbench import server
 
-    return [h for h in launcher.list_servers(state_dir)
+    return [h for h in server.list_servers(state_dir)
             if h.model == "HuggingFaceTB/SmolLM2-135M-Instruct" and "--speculative-config" not in h.argv]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from workbench import cli
-from workbench.commands import render as render_cmd
+from workbench.cli import render as render_cmd
 from workbench.recipes import Selection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def no_gpu(monkeypatch):
-    monkeypatch.setattr("workbench.hardware.detect", lambda: "cpu")
+    monkeypatch.setattr("workbench.server.hardware.detect", lambda: "cpu")
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -10,7 +10,7 @@ from typing import Literal, Optional
 import pytest
 
 from workbench.errors import ToolError
-from workbench.tools import (
+from workbench.chat.tools import (
     ToolRegistry,
     builtin_tools,
     calculate_tip,

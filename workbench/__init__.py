@@ -1,3 +1,114 @@
-"""Nemotron vLLM Workbench: render, launch, chat with and measure vLLM servers."""
+"""Nemotron vLLM Workbench: render, launch, chat with and measure vLLM servers.
+
+The flow, one subpackage per stage:
+
+    recipes/   YAML catalog --render(Selection)--> LaunchPlan
+    server/    LaunchPlan --launch--> ServerProcess (phases, log, diagnosis, stop)
+    chat/      base_url --ChatSession.stream--> typed events --TurnTranscript--> a view
+    metrics/   base_url --MetricsPoller--> ThroughputFigures
+    bench/     base_url --run_benchmark--> BenchResult
+    ui/        the Gradio app;  notebook/  the ipywidgets views;  cli/  the command line
+    demo/      the CPU demo's local models and forcing
+
+The names below are the notebook user's API. Each is imported on first use, so
+`import workbench` stays cheap for the command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    # recipes
+    "Catalog": "workbench.recipes",
+    "LaunchPlan": "workbench.recipes",
+    "Selection": "workbench.recipes",
+    "load_catalog": "workbench.recipes",
+    "provenance_rows": "workbench.recipes",
+    "render": "workbench.recipes",
+    # server
+    "ServerProcess": "workbench.server",
+    "attach": "workbench.server",
+    "detect_hardware": "workbench.server.hardware",
+    "environment_checks": "workbench.server.preflight",
+    "find_running": "workbench.server",
+    "launch": "workbench.server",
+    "list_servers": "workbench.server",
+    # demo
+    "build_forcing_model": "workbench.demo.models",
+    "forcing_extra_body": "workbench.demo.forcing",
+    "forcing_plan": "workbench.demo.forcing",
+    "reasoning_then_answer": "workbench.demo.forcing",
+    "reasoning_then_tool_call": "workbench.demo.forcing",
+    "special_token_ids": "workbench.demo.models",
+    # chat
+    "ChatOptions": "workbench.chat",
+    "ChatSession": "workbench.chat",
+    "ToolRegistry": "workbench.chat.tools",
+    "builtin_tools": "workbench.chat.tools",
+    # metrics
+    "MetricsPoller": "workbench.metrics",
+    # bench
+    "BenchConfig": "workbench.bench",
+    "MODEL_CARD_REFERENCE": "workbench.bench",
+    "check_fits": "workbench.bench",
+    "preset_config": "workbench.bench",
+    "run_benchmark": "workbench.bench",
+    # errors
+    "BenchShapeError": "workbench.errors",
+    "WorkbenchError": "workbench.errors",
+    # notebook views
+    "BenchView": "workbench.notebook",
+    "ChatView": "workbench.notebook",
+    "RecipePicker": "workbench.notebook",
+    "ServerPanel": "workbench.notebook",
+    "ThroughputView": "workbench.notebook",
+    "bench_table": "workbench.notebook",
+    "checks_table": "workbench.notebook",
+    "ensure_server": "workbench.notebook",
+    "reference_table": "workbench.notebook",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from workbench.bench import MODEL_CARD_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
+    from workbench.chat import ChatOptions, ChatSession
+    from workbench.chat.tools import ToolRegistry, builtin_tools
+    from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
+    from workbench.demo.models import build_forcing_model, special_token_ids
+    from workbench.errors import BenchShapeError, WorkbenchError
+    from workbench.metrics import MetricsPoller
+    from workbench.notebook import (
+        BenchView,
+        ChatView,
+        RecipePicker,
+        ServerPanel,
+        ThroughputView,
+        bench_table,
+        checks_table,
+        ensure_server,
+        reference_table,
+    )
+    from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, provenance_rows, render
+    from workbench.server import ServerProcess, attach, find_running, launch, list_servers
+    from workbench.server.hardware import detect_hardware
+    from workbench.server.preflight import environment_checks

@@ -1,22 +1,26 @@
 """The Gradio app: Recipe → Server → Chat → Throughput → Benchmark.
 
-`build_app()` returns the Blocks (importable by tests); `serve_app()` launches it.
-The server slot and the metrics poller are shared by every browser session:
-they stand for the one vLLM server of this machine. Everything else (the chat
-session, the conversation) is per session.
+`build_app()` returns a WorkbenchApp (the Blocks, importable by tests, and the
+server slot it drives); `serve_app()` launches it. The server slot and the
+metrics poller are shared by every browser session: they stand for the one vLLM
+server of this machine. Everything else (the chat session, the conversation) is
+per session.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
 from workbench import __version__
 from workbench.errors import WorkbenchError
-from workbench.hardware import detect
-from workbench.recipes import load_catalog
+from workbench.metrics import SharedPoller
+from workbench.recipes import load_catalog, recipe_for_hardware
+from workbench.server.hardware import detect
 from workbench.ui import bench_tab, chat_tab, recipe_tab, server_tab, throughput_tab
 
 # Pauses the page's timers while the browser tab is hidden, and resumes the
@@ -37,8 +41,23 @@ LAUNCH_OPTIONS = {"js": VISIBILITY_JS}
 TAB_NAMES = ("recipe", "server", "chat", "throughput", "benchmark")
 
 
+@dataclass
+class WorkbenchApp:
+    """The Blocks and what they drive: the shared server slot and metrics poller."""
+
+    blocks: gr.Blocks
+    slot: server_tab.ServerSlot
+    poller: SharedPoller
+
+    def launch(self, **kwargs: Any) -> Any:
+        return self.blocks.launch(**{**LAUNCH_OPTIONS, **kwargs})
+
+    def close(self) -> None:
+        self.blocks.close()
+
+
 def build_app(state_dir: str | Path | None = None, default_hardware: str | None = None,
-              chat_request_hook=None) -> gr.Blocks:
+              chat_request_hook=None) -> WorkbenchApp:
     """The app. `chat_request_hook` (see ChatSession) lets a demo or a test force
     what a random-weight model says; the default sends requests unchanged."""
     catalog = load_catalog()
@@ -48,33 +67,32 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
     def server_url() -> str | None:
         return slot.ready_server()[0]
 
-    poller = throughput_tab.SharedPoller(server_url)
+    poller = SharedPoller(server_url, interval=throughput_tab.TICK_S, window=throughput_tab.WINDOW_S)
 
-    def resolve_for_chat(_url: str | None) -> tuple[str | None, str]:
+    def chat_server() -> str:
         url, why = slot.ready_server()
         if url is None:
             raise WorkbenchError(why, hint="Launch or attach in the Server tab, then send again.")
-        return url, why
+        return url
 
+    default_recipe = recipe_for_hardware(catalog, hardware)[0]
     with gr.Blocks(title="Nemotron vLLM Workbench") as demo:
-        gr.Markdown(
-            f"## Nemotron vLLM Workbench <small>v{__version__}</small>\n"
-            "Serve NVIDIA Nemotron 3.5 Lightning with vLLM: pick a recipe, launch, chat, measure."
-            + ("\n\n> No NVIDIA GPU here: the **CPU demo engine** is preselected (vLLM's CPU build with "
-               "SmolLM2-135M-Instruct, a real small model). It is not Nemotron; the GPU recipes still render."
-               if hardware == "cpu" else "")
-        )
+        header = (f"## Nemotron vLLM Workbench <small>v{__version__}</small>\n"
+                  "Serve NVIDIA Nemotron 3.5 Lightning with vLLM: pick a recipe, launch, chat, measure.")
+        if default_recipe.engine_note:
+            header += (f"\n\n> No NVIDIA GPU here: preselected is {default_recipe.engine_note}. "
+                       "The GPU recipes still render.")
+        gr.Markdown(header)
         active_tab = gr.State("recipe")
         with gr.Tabs():
             with gr.Tab("Recipe", id="recipe") as t_recipe:
                 recipe = recipe_tab.create_ui(catalog, hardware)
             with gr.Tab("Server", id="server") as t_server:
-                server = server_tab.create_ui(slot, recipe.plan)
+                server = server_tab.create_ui(slot, recipe.plan, catalog)
             with gr.Tab("Chat", id="chat") as t_chat:
                 strip = gr.Markdown(throughput_tab.strip_markdown(None), elem_id="chat-strip")
                 strip_timer = gr.Timer(2.0, active=False)
-                default_recipe = catalog.recipe(recipe_tab.recipe_for_hardware(catalog, hardware))
-                chat = chat_tab.create_ui(resolve_for_chat, gr.State(None), request_hook=chat_request_hook,
+                chat = chat_tab.create_ui(chat_server, request_hook=chat_request_hook,
                                           sampling=default_recipe.workbench.get("chat_defaults"))
             with gr.Tab("Throughput", id="throughput") as t_throughput:
                 throughput = throughput_tab.create_ui(poller)
@@ -105,16 +123,15 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
 
         demo.load(on_load, [chat.saved, *recipe.inputs],
                   [chat.chatbot, recipe.summary, recipe.command, recipe.docker, recipe.provenance, recipe.plan])
-    demo.slot = slot  # for tests and for stopping at exit
-    return demo
+    return WorkbenchApp(demo, slot, poller)
 
 
 def serve_app(host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None,
               share: bool = False, state_dir: str | None = None, open_browser: bool = False) -> None:
-    demo = build_app(state_dir=state_dir)
-    demo.queue(default_concurrency_limit=8)
-    demo.launch(server_name=host, server_port=port, auth=auth, share=share, inbrowser=open_browser,
-                show_error=True, **LAUNCH_OPTIONS)
+    app = build_app(state_dir=state_dir)
+    app.blocks.queue(default_concurrency_limit=8)
+    app.launch(server_name=host, server_port=port, auth=auth, share=share, inbrowser=open_browser,
+               show_error=True)
 
 
 def auth_from(value: str | None) -> tuple[str, str] | None:

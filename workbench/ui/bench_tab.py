@@ -20,7 +20,7 @@ from workbench.bench import (
     run_sweep,
     sweep_levels,
 )
-from workbench.bench_report import format_result
+from workbench.bench.report import format_result
 from workbench.errors import WorkbenchError
 
 

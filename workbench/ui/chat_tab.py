@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from workbench.chat import ChatOptions, ChatSession, Conversation, TurnFinished
+from workbench.chat import ChatOptions, ChatSession, Conversation, TurnFinished, TurnTranscript
+from workbench.chat.tools import builtin_tools
 from workbench.errors import WorkbenchError
-from workbench.tools import builtin_tools
-from workbench.ui.chat_view import TurnView
+from workbench.ui.chat_render import error_message, stats_markdown, tools_text, turn_messages
 
 # Redraw at most this often while text streams: at 200+ tok/s, one update per
 # token would flood the websocket and make the page lag.
@@ -100,8 +100,9 @@ def _as_dicts(history) -> list[dict]:
     return out
 
 
-def create_ui(resolve_server: Callable[[str | None], tuple[str | None, str]], server_url: gr.State,
-              tools_default: bool = False, request_hook=None, sampling: dict | None = None) -> ChatTab:
+def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, request_hook=None,
+              sampling: dict | None = None) -> ChatTab:
+    """`resolve_server()` returns the base URL to chat with, or raises WorkbenchError saying why none."""
     sampling = {"temperature": 1.0, "top_p": 0.95, **(sampling or {})}
     saved = gr.BrowserState({"display": [], "conversation": None}, storage_key=STORAGE_KEY,
                             secret=STORAGE_SECRET)
@@ -141,27 +142,22 @@ def create_ui(resolve_server: Callable[[str | None], tuple[str | None, str]], se
     options = [reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps]
     tab = ChatTab(chatbot, message, send, stop, regenerate, clear, export, reasoning_panel,
                   tools_panel, answer_panel, stats_panel, server_note, options, saved, session)
-    _wire(tab, resolve_server, server_url, request_hook)
+    _wire(tab, resolve_server, request_hook)
     return tab
 
 
-def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> None:
+def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None:
     outputs = [tab.chatbot, tab.reasoning_panel, tab.tools_panel, tab.answer_panel, tab.stats_panel,
                tab.saved, tab.session, tab.message]
 
-    def run_turn(text: str, history, url, saved, session, *option_values, regenerate=False) -> Iterator:
+    def run_turn(text: str, history, saved, session, *option_values, regenerate=False) -> Iterator:
         display = _as_dicts(history)
         saved = saved or {"display": [], "conversation": None}
         try:
-            base_url, _ = resolve_server(url)
-            if not base_url:
-                raise WorkbenchError("No server is running.",
-                                     hint="Launch one in the Server tab, or attach to a running one.")
-            session = _session_for(session, base_url, saved, _options(*option_values), request_hook)
+            session = _session_for(session, resolve_server(), saved, _options(*option_values), request_hook)
         except WorkbenchError as exc:
-            view = TurnView(text or "")
-            view.messages.append({"role": "assistant", "content": f"⚠ **Error:** {exc.message}\n\n{exc.hint or ''}"})
-            yield display + view.messages, "", "", "", "", saved, session, text
+            failed = [{"role": "user", "content": text or ""}, error_message(exc.message, exc.hint)]
+            yield display + failed, "", "", "", "", saved, session, text
             return
         if regenerate:
             text = _drop_last_turn(session.conversation)
@@ -172,62 +168,63 @@ def _wire(tab: ChatTab, resolve_server, server_url: gr.State, request_hook) -> N
         if not (text or "").strip():
             yield display, gr.skip(), gr.skip(), gr.skip(), gr.skip(), saved, session, ""
             return
-        view = TurnView(text)
+        transcript = TurnTranscript(text)
         last = 0.0
         for event in session.stream(text):
-            changed = view.apply(event)
+            changed = transcript.apply(event)
             now = time.monotonic()
             if changed or now - last >= REDRAW_INTERVAL_S:
                 last = now
+                shown = display + turn_messages(transcript)
                 # Save with the statistics, so a reload right after the turn keeps it.
-                keep = ({"display": display + view.messages, "conversation": session.conversation.to_dict()}
+                keep = ({"display": shown, "conversation": session.conversation.to_dict()}
                         if isinstance(event, TurnFinished) else gr.skip())
-                yield (display + view.messages, view.reasoning_text(), view.tools_text(), view.answer,
-                       view.stats_md or "*Streaming…*", keep, session, "")
-        view.finish()
-        display = display + view.messages
+                yield (shown, transcript.reasoning_text(), tools_text(transcript), transcript.answer_text(),
+                       stats_markdown(transcript) or "*Streaming…*", keep, session, "")
+        transcript.finish()
+        display = display + turn_messages(transcript)
         saved = {"display": display, "conversation": session.conversation.to_dict()}
-        yield (display, view.reasoning_text(), view.tools_text(), view.answer, view.stats_md or "",
-               saved, session, "")
+        yield (display, transcript.reasoning_text(), tools_text(transcript), transcript.answer_text(),
+               stats_markdown(transcript), saved, session, "")
 
-    def send_fn(text, history, url, saved, session, *opts):
-        yield from run_turn(text, history, url, saved, session, *opts)
+    def send_fn(text, history, saved, session, *opts):
+        yield from run_turn(text, history, saved, session, *opts)
 
-    def regenerate_fn(history, url, saved, session, *opts):
-        yield from run_turn("", history, url, saved, session, *opts, regenerate=True)
+    def regenerate_fn(history, saved, session, *opts):
+        yield from run_turn("", history, saved, session, *opts, regenerate=True)
 
-    def export_fn(saved, session):
-        conversation = session.conversation if session is not None else (
-            Conversation.from_dict(saved["conversation"]) if saved and saved.get("conversation") else Conversation())
-        path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
-        with path:
-            json.dump(conversation.to_dict(), path, indent=2)
-        return path.name
-
-    inputs = [tab.message, tab.chatbot, server_url, tab.saved, tab.session, *tab.options]
+    inputs = [tab.message, tab.chatbot, tab.saved, tab.session, *tab.options]
     # A workshop has many people chatting at once: don't serialise them behind
     # Gradio's default concurrency limit of 1.
     # The export button always holds the conversation as it stands, so one click downloads it.
     for trigger in (tab.send.click, tab.message.submit):
         trigger(send_fn, inputs, outputs, concurrency_limit=32, concurrency_id="chat").then(
-            export_fn, [tab.saved, tab.session], tab.export, show_progress="hidden")
+            _export, [tab.saved, tab.session], tab.export, show_progress="hidden")
     tab.regenerate.click(regenerate_fn, inputs[1:], outputs, concurrency_limit=32, concurrency_id="chat").then(
-        export_fn, [tab.saved, tab.session], tab.export, show_progress="hidden")
+        _export, [tab.saved, tab.session], tab.export, show_progress="hidden")
+    tab.stop.click(_stop, tab.session, None, queue=False)
+    tab.clear.click(_clear, tab.session, outputs[:-1]).then(
+        _export, [tab.saved, tab.session], tab.export, show_progress="hidden")
 
-    def stop_fn(session):
-        if session is not None:
-            session.stop()
 
-    tab.stop.click(stop_fn, tab.session, None, queue=False)
+def _export(saved, session):
+    conversation = session.conversation if session is not None else (
+        Conversation.from_dict(saved["conversation"]) if saved and saved.get("conversation") else Conversation())
+    path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
+    with path:
+        json.dump(conversation.to_dict(), path, indent=2)
+    return path.name
 
-    def clear_fn(session):
-        if session is not None:
-            session.reset()
-        return [], "", "", "", "*No turn yet.*", {"display": [], "conversation": None}, session
 
-    tab.clear.click(clear_fn, tab.session, outputs[:-1]).then(
-        export_fn, [tab.saved, tab.session], tab.export, show_progress="hidden")
+def _stop(session):
+    if session is not None:
+        session.stop()
 
+
+def _clear(session):
+    if session is not None:
+        session.reset()
+    return [], "", "", "", "*No turn yet.*", {"display": [], "conversation": None}, session
 
 
 def restore(saved: dict | None, shown=None):

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from workbench import launcher
+from workbench import server
 from workbench.errors import WorkbenchError
-from workbench.recipes import LaunchPlan
+from workbench.recipes import Catalog, LaunchPlan
 
 
 class ServerSlot:
@@ -19,23 +19,23 @@ class ServerSlot:
 
     def __init__(self, state_dir=None) -> None:
         self.state_dir = state_dir
-        self.handle: launcher.ServerProcess | None = None
+        self.handle: server.ServerProcess | None = None
         self.keep_on_exit = False
         self.lock = threading.Lock()
         self.build_messages: list[str] = []
 
-    def current(self) -> launcher.ServerProcess | None:
+    def current(self) -> server.ServerProcess | None:
         handle = self.handle
-        if handle is not None and handle.status is not launcher.Status.STOPPED:
+        if handle is not None and handle.status is not server.Status.STOPPED:
             return handle
-        return launcher.find_running(self.state_dir)
+        return server.find_running(self.state_dir)
 
     def ready_server(self) -> tuple[str | None, str]:
         """(base_url, model) of a ready server, or (None, why not)."""
         handle = self.current()
         if handle is None:
             return None, "No server is running: launch one in the Server tab, or attach to one."
-        if handle.status is launcher.Status.READY or (not handle.supervised and handle.refresh() is launcher.Status.READY):
+        if handle.status is server.Status.READY or (not handle.supervised and handle.refresh() is server.Status.READY):
             return handle.base_url, handle.model
         return None, f"The server at {handle.base_url} is {handle.status.value}."
 
@@ -55,20 +55,22 @@ class ServerTab:
     timer: gr.Timer
 
 
-def status_markdown(handle: launcher.ServerProcess | None, build_messages: list[str] | None = None) -> str:
+def status_markdown(handle: server.ServerProcess | None, build_messages: list[str] | None = None,
+                    engine_note: str | None = None) -> str:
+    """The server's status, phase, readiness, how it failed (with the fix) or stopped.
+    `engine_note` says what the engine is when it is not the model's own (the CPU demo)."""
     if handle is None:
         lines = ["**No server.** Press **Launch** to start the plan from the Recipe tab, or attach to a running server."]
         if build_messages:
             lines += ["", "```", *build_messages[-6:], "```"]
         return "\n".join(lines)
     icon = {"starting": "⏳", "ready": "✅", "failed": "❌", "stopped": "⏹"}[handle.status.value]
-    phase = handle.phase.value.replace("_", " ") if handle.phase else "–"
+    phase = handle.phase.label if handle.phase else "–"
     lines = [f"{icon} **{handle.status.value}** · phase **{phase}** · `{handle.base_url}` · model `{handle.model}` · {handle.mode}"]
-    if handle.time_to_ready_s is not None and handle.status is launcher.Status.READY:
+    if handle.time_to_ready_s is not None and handle.status is server.Status.READY:
         lines.append(f"Ready in **{handle.time_to_ready_s:.1f} s**.")
-    plan = handle.plan or {}
-    if plan.get("local_build"):
-        lines.append("This is the **embedded CPU demo engine** (SmolLM2-135M-Instruct on vLLM's CPU build), not Nemotron.")
+    if engine_note:
+        lines.append(f"\nThis is {engine_note}.")
     if handle.diagnosis:
         d = handle.diagnosis
         exit_part = f" (exit code {handle.exit_code})" if handle.exit_code is not None else ""
@@ -82,14 +84,14 @@ def status_markdown(handle: launcher.ServerProcess | None, build_messages: list[
     return "\n".join(lines)
 
 
-def phase_rows(handle: launcher.ServerProcess | None) -> list[list]:
+def phase_rows(handle: server.ServerProcess | None) -> list[list]:
     if handle is None:
         return []
-    return [[p.phase.value.replace("_", " "), round(p.started_s, 1),
+    return [[p.phase.label, round(p.started_s, 1),
              "…" if p.duration_s is None else round(p.duration_s, 1), p.detail[:120]] for p in handle.phases]
 
 
-def create_ui(slot: ServerSlot, plan_state: gr.State) -> ServerTab:
+def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> ServerTab:
     plan_md = gr.Markdown(elem_id="server-plan")
     with gr.Row():
         launch_btn = gr.Button("Launch", variant="primary", elem_id="server-launch")
@@ -125,7 +127,9 @@ def create_ui(slot: ServerSlot, plan_state: gr.State) -> ServerTab:
         if handle is not None and not handle.supervised:
             handle.refresh()
         lines = handle.log_tail(30) if handle else []
-        return status_markdown(handle, slot.build_messages), phase_rows(handle), "\n".join(lines)
+        recipe_id = (handle.plan or {}).get("recipe_id") if handle else None
+        note = catalog.recipes[recipe_id].engine_note if recipe_id in catalog.recipes else None
+        return status_markdown(handle, slot.build_messages, note), phase_rows(handle), "\n".join(lines)
 
     def do_launch(plan, keep_on_exit):
         if not plan:
@@ -134,11 +138,11 @@ def create_ui(slot: ServerSlot, plan_state: gr.State) -> ServerTab:
             raise gr.Error("A launch is already in progress.")
         try:
             running = slot.current()
-            if running is not None and running.status in (launcher.Status.READY, launcher.Status.STARTING):
+            if running is not None and running.status in (server.Status.READY, server.Status.STARTING):
                 raise gr.Error(f"A server is already {running.status.value} at {running.base_url}: stop it first.")
             slot.build_messages = []
             try:
-                handle = launcher.launch(LaunchPlan.from_dict(plan), state_dir=slot.state_dir,
+                handle = server.launch(LaunchPlan.from_dict(plan), state_dir=slot.state_dir,
                                          progress=slot.build_messages.append, stop_at_exit=not keep_on_exit)
             except WorkbenchError as exc:
                 raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
@@ -156,7 +160,7 @@ def create_ui(slot: ServerSlot, plan_state: gr.State) -> ServerTab:
 
     def do_attach(url, key):
         try:
-            slot.handle = launcher.attach(url.strip(), api_key=key or None, state_dir=slot.state_dir)
+            slot.handle = server.attach(url.strip(), api_key=key or None, state_dir=slot.state_dir)
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         return (*refresh(), gr.Timer(active=True))

@@ -4,53 +4,16 @@ compact strip shown beside the chat."""
 from __future__ import annotations
 
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
 
-from workbench.errors import WorkbenchError
-from workbench.metrics import MetricsPoller, ThroughputFigures
+from workbench.metrics import SERIES_COLUMNS, MetricsPoller, SharedPoller, ThroughputFigures
+from workbench.metrics.display import FIGURE_LABELS, STRIP_FIGURES
 
 TICK_S = 1.0
 WINDOW_S = 5.0
-
-
-class SharedPoller:
-    """One poller per server for the whole app: every viewer sees the same series,
-    and several open pages do not multiply the scrapes."""
-
-    def __init__(self, resolve_url) -> None:
-        self._resolve_url = resolve_url
-        self._poller: MetricsPoller | None = None
-        self._lock = threading.Lock()
-        self._last_scrape = 0.0
-        self.error: str | None = None
-
-    def poller(self) -> MetricsPoller | None:
-        url = self._resolve_url()
-        if url is None:
-            return None
-        if self._poller is None or self._poller.base_url != url:
-            self._poller = MetricsPoller(url, interval=TICK_S, window=WINDOW_S, history=900)
-        return self._poller
-
-    def tick(self) -> ThroughputFigures | None:
-        with self._lock:
-            poller = self.poller()
-            if poller is None:
-                self.error = "No server is running."
-                return None
-            if time.monotonic() - self._last_scrape >= TICK_S * 0.8:
-                try:
-                    poller.scrape_once()
-                    self.error = None
-                except WorkbenchError as exc:
-                    self.error = exc.message
-                self._last_scrape = time.monotonic()
-            return poller.latest
 
 
 @dataclass
@@ -65,31 +28,13 @@ class ThroughputTab:
     timer: gr.Timer
 
 
-FIGURE_ROWS = (
-    ("decode_tps", "Decode (generated tokens/s)"),
-    ("prefill_tps", "Prefill (prompt tokens/s)"),
-    ("running", "Requests running"),
-    ("waiting", "Requests waiting"),
-    ("kv_cache_pct", "KV cache usage"),
-    ("prefix_cache_hit_rate", "Prefix-cache hit rate"),
-    ("preemptions", "Preemptions (window)"),
-    ("finished", "Finished requests (window)"),
-    ("ttft", "Time to first token"),
-    ("itl", "Inter-token latency"),
-    ("tpot", "Time per output token"),
-    ("e2e", "End-to-end latency"),
-    ("spec_acceptance_rate", "Spec-decode acceptance rate"),
-    ("spec_mean_acceptance_length", "Spec-decode mean acceptance length"),
-)
-
-
 def figures_markdown(figures: ThroughputFigures | None, error: str | None = None) -> str:
     if figures is None:
         return f"*{error or 'Waiting for the first scrape…'}*"
     window = f"{figures.window_s:.1f} s" if figures.window_s else "since start"
     lines = [f"**Server figures** (from `/metrics`, window {window}, {figures.scrapes} scrapes)", "",
              "| figure | value |", "|---|---|"]
-    lines += [f"| {label} | {figures.display(name)} |" for name, label in FIGURE_ROWS]
+    lines += [f"| {label} | {figures.display(name)} |" for name, label in FIGURE_LABELS.items()]
     if figures.spec_acceptance_by_position:
         per_pos = ", ".join(f"{v:.2f}" for v in figures.spec_acceptance_by_position)
         lines.append(f"| Acceptance per draft position | {per_pos} |")
@@ -104,15 +49,13 @@ def strip_markdown(figures: ThroughputFigures | None) -> str:
     """The compact line beside the chat."""
     if figures is None:
         return "*Server: no figures yet.*"
-    return (f"**Server now** · decode {figures.display('decode_tps')} · prefill {figures.display('prefill_tps')}"
-            f" · running {figures.display('running')} · KV {figures.display('kv_cache_pct')}")
+    return "**Server now** · " + " · ".join(f"{label} {figures.display(name)}" for name, label in STRIP_FIGURES.items())
 
 
 def frames(poller: MetricsPoller | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Long-form frames for the plots; x is seconds relative to the newest scrape (0 = now)."""
     rows = poller.series_frame() if poller else []
-    df = pd.DataFrame(rows, columns=["time", "decode_tps", "prefill_tps", "running", "waiting", "kv_pct",
-                                     "spec_acceptance"])
+    df = pd.DataFrame(rows, columns=list(SERIES_COLUMNS))
     times = df["time"].astype(float)
     seconds = (times - times.max()).round(2) if len(df) else times
 

@@ -1,0 +1,203 @@
+"""What a benchmark sends: BenchConfig, the presets, and the checks before a run.
+
+    from workbench.bench import preset_config, run_benchmark
+    result = run_benchmark(preset_config("smoke", url="http://127.0.0.1:8000"), progress=print)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from workbench.errors import BenchShapeError, SelectionError, WorkbenchError
+from workbench.urls import normalize_base_url
+
+__all__ = ["MODEL_CARD_REFERENCE", "PRESETS", "BenchConfig", "BenchPhase", "BenchProgress", "ProgressCallback",
+           "check_fits", "preset_config", "reference_for", "scaled_input_tokens", "sweep_levels"]
+
+BenchPhase = Literal["connecting", "preparing", "warmup", "running", "done"]
+ProgressCallback = Callable[["BenchProgress"], None]
+
+
+# What the model card reports (NVIDIA's measurement, not ours): shown beside a
+# SPEED-Bench-shaped result, never as if measured here.
+MODEL_CARD_REFERENCE: dict[str, Any] = {
+    "source": "NVIDIA Nemotron 3.5 Lightning model card",
+    "hardware": "NVIDIA DGX Spark (GB10)",
+    "shape": {"input_tokens": 8192, "output_tokens": 256, "concurrency": 1},
+    "benchmark": "SPEED-Bench shape, aiperf 0.12.0",
+    "server": "vLLM 0.28.1rc1.dev130, DSpark speculative decoding (7 tokens)",
+    "measured": "2026-08-31",
+    "prefill_tok_s_per_user": 7252.0,
+    "decode_tok_s_per_user": 93.3,
+    "e2e_mean_s": 3.98,
+    # 8192 / 7252 + 255 / 93.3 = 3.86 s: the card's E2E agrees with its per-user rates.
+    "e2e_from_rates_s": round(8192 / 7252 + 255 / 93.3, 2),
+}
+
+
+@dataclass
+class BenchConfig:
+    """The load to send. `url` is the server's base URL (no /v1)."""
+
+    url: str
+    input_tokens: int = 128
+    output_tokens: int = 32
+    concurrency: int = 1  # in-flight requests; with request_rate, the cap on them
+    request_rate: float | None = None  # requests/s, Poisson arrivals; None = closed loop
+    requests: int | None = 8  # measured requests; None with duration_s
+    duration_s: float | None = None  # stop sending after this long, then let in-flight finish
+    warmup_requests: int = 1
+    reasoning: bool = False  # chat_template_kwargs.enable_thinking
+    seed: int = 0
+    timeout_s: float = 600.0
+    preset: str | None = None
+    label: str | None = None  # a name for this configuration in comparisons
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.url = normalize_base_url(self.url)
+        problems = []
+        if self.input_tokens < 1:
+            problems.append("input_tokens must be at least 1 (--isl)")
+        if self.output_tokens < 1:
+            problems.append("output_tokens must be at least 1 (--osl)")
+        if self.concurrency < 1:
+            problems.append("concurrency must be at least 1 (--concurrency)")
+        if self.request_rate is not None and self.request_rate <= 0:
+            problems.append("request_rate must be positive (--request-rate)")
+        if (self.requests is None) == (self.duration_s is None):
+            problems.append("give exactly one of a request count (--requests) or a duration (--duration)")
+        if self.requests is not None and self.requests < 1:
+            problems.append("requests must be at least 1 (--requests)")
+        if self.duration_s is not None and self.duration_s <= 0:
+            problems.append("duration must be positive (--duration)")
+        if self.warmup_requests < 0:
+            problems.append("warmup_requests cannot be negative (--warmup)")
+        if problems:
+            raise WorkbenchError("Invalid benchmark settings: " + "; ".join(problems) + ".")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    @property
+    def is_speed_bench_shaped(self) -> bool:
+        return self.output_tokens == 256 and self.concurrency == 1 and self.request_rate is None
+
+
+@dataclass(frozen=True)
+class BenchProgress:
+    phase: BenchPhase
+    done: int  # requests finished in this phase
+    total: int | None  # None when the run is bounded by a duration
+    errors: int = 0
+    elapsed_s: float = 0.0
+    output_tokens: int = 0
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "speed-bench": {
+        "description": "the model card's SPEED-Bench shape: 8K input, 256 output, concurrency 1",
+        "input_tokens": 8192,
+        "output_tokens": 256,
+        "concurrency": 1,
+        "requests": 10,
+        "warmup_requests": 1,
+    },
+    "sweep": {
+        "description": "concurrency 1, 2, 4, ... up to max-num-seqs (or --max-concurrency); "
+        "1024 input, 128 output, 4 requests per concurrent user (at least 8)",
+        "input_tokens": 1024,
+        "output_tokens": 128,
+        "concurrency": 1,
+        "requests": 8,
+        "warmup_requests": 1,
+    },
+    "smoke": {
+        "description": "a short check that the benchmark works: 128 input, 32 output, concurrency 2, 8 requests",
+        "input_tokens": 128,
+        "output_tokens": 32,
+        "concurrency": 2,
+        "requests": 8,
+        "warmup_requests": 1,
+    },
+}
+
+
+def preset_config(name: str, url: str, **overrides: Any) -> BenchConfig:
+    """A preset's BenchConfig; keyword arguments (None ignored) override its fields."""
+    if name not in PRESETS:
+        raise SelectionError(f"Unknown benchmark preset {name!r}.", hint="Choose one of: " + ", ".join(PRESETS))
+    values = {k: v for k, v in PRESETS[name].items() if k != "description"}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("duration_s") is not None and "requests" not in overrides:
+        values["requests"] = None
+    return BenchConfig(url=url, preset=name, **values)
+
+
+def sweep_levels(max_concurrency: int) -> list[int]:
+    """1, 2, 4, ... up to max_concurrency (which ends the list even if not a power of two)."""
+    if max_concurrency < 1:
+        raise WorkbenchError("The sweep needs a maximum concurrency of at least 1 (--max-concurrency).")
+    levels = []
+    level = 1
+    while level < max_concurrency:
+        levels.append(level)
+        level *= 2
+    levels.append(max_concurrency)
+    return levels
+
+
+
+def scaled_input_tokens(max_model_len: int, output_tokens: int) -> int | None:
+    """The largest power-of-two input that fits beside the output."""
+    room = max_model_len - output_tokens
+    if room < 16:
+        return None
+    size = 16
+    while size * 2 <= room:
+        size *= 2
+    return size
+
+
+def check_fits(config: BenchConfig, max_model_len: int | None) -> None:
+    if max_model_len is None or config.input_tokens + config.output_tokens <= max_model_len:
+        return
+    suggested = scaled_input_tokens(max_model_len, config.output_tokens)
+    shape = f"{config.input_tokens} input + {config.output_tokens} output tokens"
+    what = "The SPEED-Bench shape" if config.preset == "speed-bench" else "This shape"
+    hint = "Lower --isl/--osl so input + output fits in the server's max-model-len."
+    if suggested:
+        preset = f"--preset {config.preset} " if config.preset else ""
+        hint = (
+            f"Run the scaled-down shape instead: python -m workbench bench {preset}--isl {suggested} "
+            f"(the model card's 8K figures are not comparable to a {suggested}-token run)."
+        )
+    raise BenchShapeError(
+        f"{what} ({shape}) does not fit this server's max-model-len of {max_model_len}.",
+        hint=hint,
+        suggested_input_tokens=suggested,
+    )
+
+
+def reference_for(config: BenchConfig, model: str) -> dict[str, Any] | None:
+    """The model card's figures, with what differs from this run said plainly."""
+    if not config.is_speed_bench_shaped:
+        return None
+    notes = [
+        "Measured by NVIDIA on a DGX Spark (GB10) with speculative decoding, not on this machine; "
+        f"this run measured {model} at {config.url}. Different hardware and model: compare the "
+        "shape of the figures, not their size."
+    ]
+    if config.input_tokens != 8192:
+        notes.append(f"This run used {config.input_tokens} input tokens, the card 8192.")
+    return {**MODEL_CARD_REFERENCE, "notes": notes}

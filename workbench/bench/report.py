@@ -1,0 +1,163 @@
+"""Rendering benchmark results for a terminal: the table, the progress bar, the comparison.
+
+Only renders; the figures come from workbench.bench.summary.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO
+
+from workbench.bench.config import BenchProgress
+from workbench.bench.results import BenchResult, SweepResult, compare_results
+from workbench.bench.summary import Distribution
+
+__all__ = ["TerminalProgress", "format_comparison", "format_result", "format_sweep"]
+
+
+BAR_WIDTH = 28
+
+
+class TerminalProgress:
+    """A progress callback that redraws one stderr line (no extra dependency)."""
+
+    def __init__(self, stream: IO[str] | None = None, min_interval_s: float = 0.1) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.min_interval_s = min_interval_s
+        self._last_draw = 0.0
+        self._last_phase: str | None = None
+        self._last_len = 0
+
+    def __call__(self, p: BenchProgress) -> None:
+        now = time.monotonic()
+        final = p.total is not None and p.done >= p.total
+        if p.phase == self._last_phase and not final and now - self._last_draw < self.min_interval_s:
+            return
+        if self._last_phase is not None and p.phase != self._last_phase:
+            self.stream.write("\n")
+            self._last_len = 0
+        self._last_phase, self._last_draw = p.phase, now
+        if p.phase == "done":
+            self.stream.flush()
+            return
+        if p.total:
+            filled = int(BAR_WIDTH * min(p.done, p.total) / p.total)
+            bar = "[" + "#" * filled + "." * (BAR_WIDTH - filled) + f"] {p.done}/{p.total}"
+        else:
+            bar = f"{p.done} done"
+        extra = []
+        if p.errors:
+            extra.append(f"{p.errors} errors")
+        if p.output_tokens:
+            extra.append(f"{p.output_tokens} output tokens")
+        if p.message:
+            extra.append(p.message)
+        line = f"{p.phase:<10} {bar}  {p.elapsed_s:6.1f} s  " + "  ".join(extra)
+        line = line[:160]
+        self.stream.write("\r" + line.ljust(self._last_len))
+        self._last_len = len(line)
+        self.stream.flush()
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+_ROWS = (
+    ("TTFT", "ttft_ms"),
+    ("TTFO", "ttfo_ms"),
+    ("E2E", "e2e_ms"),
+    ("TPOT (per token)", "tpot_ms"),
+    ("ITL (per chunk)", "itl_ms"),
+    ("decode tok/s per user", "decode_tok_s_per_user"),
+    ("prefill tok/s per user", "prefill_tok_s_per_user"),
+    ("input tokens", "input_tokens_per_request"),
+    ("output tokens", "output_tokens_per_request"),
+)
+
+
+def format_result(result: BenchResult) -> str:
+    """The terminal table: shape, totals, distributions, server counters, reference."""
+    c, s = result.config, result.summary
+    load = f"concurrency {c.concurrency}" if c.request_rate is None else f"{c.request_rate} req/s (max {c.concurrency} in flight)"
+    bound = f"{c.requests} requests" if c.requests is not None else f"{c.duration_s} s"
+    lines = [
+        f"Benchmark of {result.model} at {c.url}" + (f"  (preset {c.preset})" if c.preset else ""),
+        f"shape: {c.input_tokens} input tokens, {c.output_tokens} output tokens (ignore_eos), {load}, "
+        f"{bound}, {result.warmup} warm-up not counted, reasoning {'on' if c.reasoning else 'off'}",
+        "",
+        f"requests {s.requests}   succeeded {s.succeeded}   errors {s.errors}   duration {_fmt(s.duration_s)} s",
+        f"request throughput {_fmt(s.request_throughput, 3)} req/s   output {_fmt(s.output_tok_s)} tok/s   "
+        f"total {_fmt(s.total_tok_s)} tok/s",
+        f"tokens (server usage): input {_fmt(s.input_tokens)}   output {_fmt(s.output_tokens)}   "
+        f"reasoning {_fmt(s.reasoning_tokens)}",
+    ]
+    if result.input_length_mismatches:
+        lines.append(f"WARNING: {result.input_length_mismatches} requests had an input length other than {c.input_tokens}")
+    for message in s.error_messages:
+        lines.append(f"error: {message}")
+    lines += ["", f"{'':<24}{'unit':>7}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'min':>10}{'max':>10}"]
+    for title, name in _ROWS:
+        d: Distribution = getattr(s, name)
+        cells = [d.mean, d.p50, d.p90, d.p99, d.min, d.max]
+        lines.append(f"{title:<24}{d.unit:>7}" + "".join(f"{_fmt(v):>10}" for v in cells))
+    counters = result.server_counters
+    if counters is not None:
+        lines += ["", "server /metrics over the run:"]
+        lines.append(
+            f"  prompt tokens {_fmt(counters.prompt_tokens, 0)}   generation tokens {_fmt(counters.generation_tokens, 0)}"
+        )
+        if counters.spec_drafts:
+            lines.append(
+                f"  speculative decoding: acceptance rate {_fmt((counters.spec_acceptance_rate or 0) * 100, 1)} %   "
+                f"mean acceptance length {_fmt(counters.spec_mean_acceptance_length)}"
+            )
+    if result.reference:
+        r = result.reference
+        lines += [
+            "",
+            f"For reference, NOT measured here — {r['source']}: {r['hardware']}, {r['benchmark']}, "
+            f"{r['server']}, measured {r['measured']}:",
+            f"  prefill {r['prefill_tok_s_per_user']:,.0f} tok/s per user   decode {r['decode_tok_s_per_user']} tok/s per user   "
+            f"E2E {r['e2e_mean_s']} s mean",
+            f"  this run: prefill {_fmt(s.prefill_tok_s_per_user.mean)}   decode {_fmt(s.decode_tok_s_per_user.mean)}   "
+            f"E2E {_fmt(None if s.e2e_ms.mean is None else s.e2e_ms.mean / 1000)} s mean",
+        ]
+        lines += [f"  {note}" for note in r.get("notes", [])]
+    lines += ["", "definitions (aiperf's):"]
+    lines += [f"  {k}: {v}" for k, v in result.definitions.items()]
+    return "\n".join(lines)
+
+
+def format_comparison(a: BenchResult, b: BenchResult) -> str:
+    lines = [f"A: {a.label}  ({a.config.input_tokens}/{a.config.output_tokens}, concurrency {a.config.concurrency})"]
+    lines.append(f"B: {b.label}  ({b.config.input_tokens}/{b.config.output_tokens}, concurrency {b.config.concurrency})")
+    shape = lambda r: (r.config.input_tokens, r.config.output_tokens, r.config.concurrency, r.config.request_rate)  # noqa: E731
+    if shape(a) != shape(b):
+        lines.append("WARNING: the two runs had different loads; the comparison is not like for like.")
+    lines.append(f"{'':<26}{'unit':>7}{'A':>12}{'B':>12}{'B vs A':>10}")
+    for row in compare_results(a, b):
+        change = "-" if row["change_pct"] is None else f"{row['change_pct']:+.1f} %"
+        lines.append(f"{row['metric']:<26}{row['unit']:>7}{_fmt(row['a']):>12}{_fmt(row['b']):>12}{change:>10}")
+    return "\n".join(lines)
+
+
+def format_sweep(sweep: SweepResult) -> str:
+    lines = [f"{'concurrency':>11}{'req/s':>9}{'out tok/s':>11}{'TTFT p50':>10}{'TTFT p99':>10}"
+             f"{'TPOT p50':>10}{'decode/user':>12}{'errors':>8}"]
+    for row in sweep.plot_rows():
+        lines.append(
+            f"{row['concurrency']:>11}{_fmt(row['request_throughput'], 3):>9}{_fmt(row['output_tok_s']):>11}"
+            f"{_fmt(row['ttft_ms_p50']):>10}{_fmt(row['ttft_ms_p99']):>10}{_fmt(row['tpot_ms_p50']):>10}"
+            f"{_fmt(row['decode_tok_s_per_user_mean']):>12}{row['errors']:>8}"
+        )
+    return "\n".join(lines)
+
+

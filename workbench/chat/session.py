@@ -1,0 +1,541 @@
+"""`ChatSession`: a conversation with one vLLM server, and the tools it may call.
+
+`ChatSession.astream(text)` is the one core: an async generator that sends the
+conversation through the `openai` SDK (streaming chat completions), turns
+vLLM's SSE chunks into typed events (workbench.chat.events), runs the tools the
+model asks for, sends their results back as `role: tool` messages and continues
+until the model answers or the step limit is reached. `stream(text)` is the
+same generator driven from plain synchronous code (CLI, notebooks, Gradio's
+threaded handlers); `stop()` may be called from any thread and closes the HTTP
+stream, which makes vLLM abort the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from workbench.chat.budget import continuation_body, continuation_prompt_ids
+from workbench.chat.conversation import Conversation, Message, ToolCall
+from workbench.chat.events import (
+    ChatEvent,
+    Notice,
+    ToolResult,
+    TurnFinished,
+    TurnResult,
+    TurnStats,
+    Usage,
+    collect,
+)
+from workbench.chat.failures import error_event
+from workbench.chat.options import ChatOptions, RequestHook, RequestInfo, deep_merge
+from workbench.chat.stream import PendingCall, Step, chat_chunk_events, complete_call, completion_chunk_events
+from workbench.chat.tools import ToolRegistry
+from workbench.errors import WorkbenchError
+from workbench.urls import normalize_base_url
+
+__all__ = ["ChatSession"]
+
+_CHAT_FIELDS = {"model", "messages", "stream", "temperature", "top_p", "max_tokens", "stream_options", "tools",
+                "tool_choice"}
+_COMPLETION_FIELDS = {"model", "prompt", "stream", "temperature", "top_p", "max_tokens", "stream_options"}
+
+
+class _Tally:
+    """What a turn's requests add up to: usage, first token, decode window, tools."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.usage = Usage()
+        self.ttft: float | None = None
+        self.reasoning_s = 0.0
+        self.tool_s = 0.0
+        self.decode_tokens = 0
+        self.decode_s = 0.0
+        self.estimated_tokens = 0  # from requests that sent no usage
+        self.usage_complete = True
+        self.requests = 0
+        self.tool_calls = 0
+        self.saw_reasoning = False
+
+    def account(self, step: Step) -> None:
+        self.requests += 1
+        self.usage = self.usage + step.usage
+        self.saw_reasoning = self.saw_reasoning or bool(step.reasoning)
+        completion = step.usage.completion_tokens
+        if step.usage == Usage() and step.deltas:
+            # Stopped before the usage chunk: vLLM streams one token per delta.
+            self.usage_complete = False
+            self.estimated_tokens += step.deltas
+            completion = step.deltas
+        if self.ttft is None and step.first_token_t is not None:
+            self.ttft = step.first_token_t - self.started
+        self.reasoning_s += step.reasoning_s
+        if step.first_token_t is not None and step.last_token_t is not None:
+            window = step.last_token_t - step.first_token_t
+            if window > 0 and completion > 1:
+                self.decode_tokens += completion - 1
+                self.decode_s += window
+
+    def stats(self) -> TurnStats:
+        reasoning_tokens = self.usage.reasoning_tokens
+        if reasoning_tokens is None and not self.saw_reasoning:
+            reasoning_tokens = 0
+        completion = self.usage.completion_tokens + self.estimated_tokens
+        return TurnStats(
+            ttft_s=self.ttft,
+            reasoning_s=self.reasoning_s,
+            total_s=time.monotonic() - self.started,
+            tool_s=self.tool_s,
+            decode_tokens_per_s=self.decode_tokens / self.decode_s if self.decode_s > 0 else None,
+            prompt_tokens=self.usage.prompt_tokens,
+            completion_tokens=completion,
+            reasoning_tokens=reasoning_tokens,
+            answer_tokens=(completion - reasoning_tokens
+                           if reasoning_tokens is not None and self.usage_complete else None),
+            requests=self.requests,
+            tool_calls=self.tool_calls,
+            usage_complete=self.usage_complete,
+        )
+
+
+class ChatSession:
+    """A conversation with one vLLM server, and the tools it may call.
+
+    base_url: the server root ('http://127.0.0.1:8000'; a trailing /v1 is accepted).
+    tools: the registry offered to the model (None: no tools).
+    request_hook: called before every request with a RequestInfo; what it returns
+        is merged into that request's body (tests and demos force each step this way).
+    http_client: an httpx.AsyncClient for the openai SDK (e.g. a replay transport).
+    Each session owns its state; give every UI user their own session.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        options: ChatOptions | None = None,
+        tools: ToolRegistry | None = None,
+        conversation: Conversation | None = None,
+        api_key: str | None = None,
+        request_hook: RequestHook | None = None,
+        http_client: Any = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.options = options or ChatOptions()
+        self.tools = tools
+        self.conversation = conversation or Conversation()
+        self.api_key = api_key or "EMPTY"
+        self.request_hook = request_hook
+        self.http_client = http_client
+        self.timeout_s = timeout_s
+        self.last_request_body: dict | None = None  # what the last request sent, for display
+        self._turns = 0
+        self._stop_flag = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+
+    # -- public API
+
+    def stop(self) -> None:
+        """Stop the turn in progress (safe from any thread); its partial answer is kept."""
+        self._stop_flag.set()
+        with self._stop_lock:
+            loop, event = self._loop, self._stop_event
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
+    def reset(self) -> None:
+        """Forget the conversation (options and tools stay)."""
+        self.conversation = Conversation()
+
+    async def astream(self, user_text: str | None) -> AsyncIterator[ChatEvent]:
+        """Send `user_text` (None: re-run from the conversation as it is, e.g. after an error)."""
+        self._stop_flag.clear()
+        with self._stop_lock:
+            self._loop = asyncio.get_running_loop()
+            self._stop_event = asyncio.Event()
+        client = self._make_client()
+        try:
+            async for event in self._turn(client, user_text):
+                yield event
+        finally:
+            with self._stop_lock:
+                self._loop = self._stop_event = None
+            if self.http_client is None:
+                await client.close()
+            self._turns += 1
+
+    def stream(self, user_text: str | None) -> Iterator[ChatEvent]:
+        """`astream` for synchronous callers: runs it on a private event loop.
+
+        Where this thread already runs a loop (a Jupyter kernel), the private
+        loop cannot run here, so it runs on a worker thread instead."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            yield from self._stream_here(user_text)
+            return
+        yield from self._stream_on_worker(user_text)
+
+    def send(self, user_text: str | None) -> TurnResult:
+        """Run a whole turn and return what it produced."""
+        return collect(list(self.stream(user_text)))
+
+    async def asend(self, user_text: str | None) -> TurnResult:
+        return collect([event async for event in self.astream(user_text)])
+
+    # -- driving the async core from sync code
+
+    def _stream_on_worker(self, user_text: str | None) -> Iterator[ChatEvent]:
+        events: queue.Queue = queue.Queue()
+        done = object()
+
+        def pump() -> None:
+            try:
+                for event in self._stream_here(user_text):
+                    events.put(event)
+            except BaseException as exc:  # handed to the caller's thread below
+                events.put(exc)
+            finally:
+                events.put(done)
+
+        threading.Thread(target=pump, name="chat-stream", daemon=True).start()
+        while (item := events.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _stream_here(self, user_text: str | None) -> Iterator[ChatEvent]:
+        loop = asyncio.new_event_loop()
+        agen = self.astream(user_text)
+        try:
+            while True:
+                try:
+                    event = loop.run_until_complete(agen.__anext__())
+                except StopAsyncIteration:
+                    break
+                yield event
+        finally:
+            loop.run_until_complete(agen.aclose())
+            loop.close()
+
+    # -- requests
+
+    def _make_client(self) -> Any:
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(
+            base_url=f"{self.base_url}/v1",
+            api_key=self.api_key,
+            http_client=self.http_client,
+            timeout=self.timeout_s,
+            max_retries=0,  # a retried stream would repeat tokens; the user retries instead
+        )
+
+    async def _resolve_model(self, client: Any) -> str:
+        if self.options.model:
+            return self.options.model
+        page = await client.models.list()
+        models = [m.id for m in page.data]
+        if not models:
+            raise WorkbenchError(f"The server at {self.base_url} serves no model.",
+                                 hint="Check the server's log; pass --model if it needs one.")
+        self.options.model = models[0]
+        return str(models[0])
+
+    def _offered_tools(self) -> list[dict]:
+        if self.tools is None or not self.options.use_tools:
+            return []
+        return self.tools.schemas()
+
+    def _hooked(self, body: dict, info: RequestInfo) -> dict:
+        if self.request_hook:
+            extra = self.request_hook(info)
+            if extra:
+                body = deep_merge(body, extra)
+        return body
+
+    def _request_body(self, model: str, messages: list[dict], tools: list[dict], step: int,
+                      max_tokens: int | None) -> dict:
+        opts = self.options
+        template_kwargs: dict[str, Any] = {"enable_thinking": opts.reasoning}
+        if tools:
+            template_kwargs["force_nonempty_content"] = True  # as the Nemotron cookbook does
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "stream": True,
+            "temperature": opts.temperature,
+            "top_p": opts.top_p,
+            "chat_template_kwargs": template_kwargs,
+        }
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if opts.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if opts.reasoning and opts.reasoning_budget and opts.reasoning_budget_mode == "server":
+            body["thinking_token_budget"] = opts.reasoning_budget
+        body = deep_merge(body, opts.extra_body)
+        return self._hooked(body, RequestInfo(self._turns, step, "chat", messages))
+
+    def _wire_messages(self) -> list[dict]:
+        messages = []
+        if self.options.system_prompt:
+            messages.append({"role": "system", "content": self.options.system_prompt})
+        messages.extend(self.conversation.to_wire())
+        return messages
+
+    # -- the turn
+
+    def _client_budget(self) -> int | None:
+        opts = self.options
+        return opts.reasoning_budget if opts.reasoning and opts.reasoning_budget_mode == "client" else None
+
+    async def _turn(self, client: Any, user_text: str | None) -> AsyncIterator[ChatEvent]:
+        opts = self.options
+        if user_text is not None:
+            self.conversation.messages.append(Message("user", user_text))
+        tally = _Tally()
+        finish_reason: str | None = None
+        last_step = Step()
+        last_max_tokens = opts.max_tokens
+        try:
+            model = await self._resolve_model(client)
+            tools = self._offered_tools()
+            step_number = 0
+            while True:
+                messages = self._wire_messages()
+                budget = self._client_budget()
+                max_tokens = opts.max_tokens if budget is None else (
+                    min(budget, opts.max_tokens) if opts.max_tokens else budget)
+                last_max_tokens = max_tokens
+                step = Step()
+                body = self._request_body(model, messages, tools, step_number, max_tokens)
+                async for event in self._stream_chat(client, body, step, step_number):
+                    yield event
+                tally.account(step)
+                last_step = step
+                finish_reason = "stopped" if step.stopped else step.finish_reason
+
+                if step.stopped:
+                    self._record_assistant(step, keep_calls=False)
+                    yield Notice("stopped", "Stopped. The partial answer is kept in the conversation.")
+                    break
+
+                if (budget is not None and step.finish_reason == "length" and not step.calls
+                        and (opts.max_tokens is None or budget < opts.max_tokens)):
+                    async for event in self._continue_after_budget(client, model, messages, tools, step,
+                                                                   step_number, budget):
+                        yield event
+                    cont = step.continuation
+                    assert cont is not None
+                    tally.account(cont)
+                    finish_reason = "stopped" if cont.stopped else cont.finish_reason
+                    last_step = cont
+                    last_max_tokens = (opts.max_tokens - step.usage.completion_tokens
+                                       if opts.max_tokens else None)
+                    step.content.extend(cont.content)
+                    self._record_assistant(step, keep_calls=False)
+                    if cont.stopped:
+                        yield Notice("stopped", "Stopped. The partial answer is kept in the conversation.")
+                    break
+
+                if not step.calls:
+                    self._record_assistant(step, keep_calls=False)
+                    break
+
+                calls = [step.calls[i] for i in sorted(step.calls)]
+                self._record_assistant(step, keep_calls=True)
+                if step_number >= opts.max_tool_steps or not tools:
+                    yield self._refuse_calls(calls, bool(tools))
+                    break
+                async for event in self._run_tools(calls, step_number, tally):
+                    yield event
+                if self._stop_flag.is_set():
+                    finish_reason = "stopped"
+                    yield Notice("stopped", "Stopped after running the tools.")
+                    break
+                step_number += 1
+
+            content = "".join(last_step.content)
+            if finish_reason == "length" and not last_step.calls:
+                yield self._length_notice(content, last_step, last_max_tokens)
+            stats = tally.stats()
+            self._attach_stats(stats)
+            yield TurnFinished(finish_reason, tally.usage, stats)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # translated once, here; the conversation is kept
+            yield error_event(exc, self.base_url)
+
+    async def _run_tools(self, calls: list[PendingCall], step_number: int, tally: _Tally) -> AsyncIterator[ChatEvent]:
+        for call in calls:
+            event = await self._run_tool(call, step_number)
+            tally.tool_s += event.seconds
+            tally.tool_calls += 1
+            yield event
+            if self._stop_flag.is_set():
+                return
+
+    def _refuse_calls(self, calls: list[PendingCall], have_tools: bool) -> Notice:
+        """Answer calls that will not run (step limit, or no tools), so the history stays valid."""
+        opts = self.options
+        reason = (f"the limit of {opts.max_tool_steps} tool round(s) per turn was reached"
+                  if have_tools else "no tools are enabled in this session")
+        for call in calls:
+            self._record_tool_message(call, json.dumps({"error": f"Not run: {reason}."}))
+        return Notice(
+            "tool_step_limit",
+            f"The model asked for {', '.join(c.name for c in calls)} again, but "
+            f"{reason}; the calls were not run and the turn ends here.",
+            hint="Raise max_tool_steps in the options, or ask a narrower question."
+            if have_tools else "Enable tools in the options.",
+        )
+
+    def _length_notice(self, content: str, step: Step, max_tokens: int | None) -> Notice:
+        used = step.usage.completion_tokens or None
+        limit = max_tokens or used
+        suggestion = max(2 * (limit or 0), (limit or 0) + 1024)
+        if not content.strip():
+            what = ("reasoning used all" if step.reasoning else "the model used all")
+            return Notice(
+                "empty_answer",
+                f"The answer is empty: {what} {limit} tokens of max_tokens before an answer "
+                "was written (finish_reason \"length\").",
+                hint=f"Raise max_tokens to {suggestion} or more, set a reasoning budget, "
+                "or turn reasoning off.",
+            )
+        return Notice(
+            "answer_truncated",
+            f"The answer was cut off at max_tokens={limit} (finish_reason \"length\").",
+            hint=f"Raise max_tokens to {suggestion} or more.",
+        )
+
+    # -- the conversation record
+
+    def _record_assistant(self, step: Step, *, keep_calls: bool) -> None:
+        calls = ([ToolCall(c.id, c.name, c.arguments or "{}") for i, c in sorted(step.calls.items())]
+                 if keep_calls else [])
+        content = "".join(step.content)
+        reasoning = "".join(step.reasoning) or None
+        if not content and not calls and not reasoning:
+            return
+        self.conversation.messages.append(
+            Message("assistant", content=content, reasoning=reasoning, tool_calls=calls))
+
+    def _record_tool_message(self, call: PendingCall, content: str) -> None:
+        self.conversation.messages.append(
+            Message("tool", content=content, tool_call_id=call.id, name=call.name))
+
+    def _attach_stats(self, stats: TurnStats) -> None:
+        for message in reversed(self.conversation.messages):
+            if message.role == "user":
+                return
+            if message.role == "assistant":
+                message.stats = stats
+                return
+
+    async def _run_tool(self, call: PendingCall, step: int) -> ToolResult:
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            outcome_error = f"The arguments are not valid JSON ({exc.msg}): {call.arguments!r}"
+            content = json.dumps({"error": outcome_error})
+            self._record_tool_message(call, content)
+            return ToolResult(step, call.id, call.name, {}, error=outcome_error, content=content)
+        assert self.tools is not None
+        outcome = await self.tools.arun(call.name, arguments)
+        content = outcome.content_for_model()
+        self._record_tool_message(call, content)
+        return ToolResult(step, call.id, call.name, outcome.arguments, outcome.result,
+                          outcome.error, outcome.seconds, content)
+
+    # -- reading a stream
+
+    async def _next_or_stop(self, iterator: Any, stop_wait: asyncio.Future) -> Any:
+        """The next chunk, or None when stop() was called first (the read is cancelled)."""
+        next_chunk = asyncio.ensure_future(iterator.__anext__())
+        try:
+            done, _ = await asyncio.wait({next_chunk, stop_wait},
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # our consumer was cancelled (e.g. Gradio's Stop)
+            await _cancel_quietly(next_chunk)
+            raise
+        if next_chunk in done:
+            return next_chunk.result()  # raises StopAsyncIteration at the end
+        await _cancel_quietly(next_chunk)
+        return None
+
+    async def _stream_chat(self, client: Any, body: dict, step: Step, step_number: int) -> AsyncIterator[ChatEvent]:
+        self.last_request_body = body
+        stream = await client.chat.completions.create(
+            **{k: v for k, v in body.items() if k in _CHAT_FIELDS},
+            extra_body={k: v for k, v in body.items() if k not in _CHAT_FIELDS},
+        )
+        async for event in self._read_stream(stream, step, step_number, chat_chunk_events):
+            yield event
+        for index in sorted(step.calls):
+            yield complete_call(step.calls[index], step_number)
+
+    async def _read_stream(self, stream: Any, step: Step, step_number: int,
+                           to_events: Callable[[Any, Step, int], list[ChatEvent]]) -> AsyncIterator[ChatEvent]:
+        assert self._stop_event is not None
+        stop_wait = asyncio.ensure_future(self._stop_event.wait())
+        iterator = stream.__aiter__()
+        try:
+            while True:
+                if self._stop_flag.is_set():
+                    step.stopped = True
+                    break
+                try:
+                    chunk = await self._next_or_stop(iterator, stop_wait)
+                except StopAsyncIteration:
+                    break
+                if chunk is None:
+                    step.stopped = True
+                    break
+                for event in to_events(chunk, step, step_number):
+                    yield event
+        finally:
+            stop_wait.cancel()
+            await stream.close()  # closing the HTTP stream makes vLLM abort the request
+
+    async def _continue_after_budget(self, client: Any, model: str, messages: list[dict], tools: list[dict],
+                                     step: Step, step_number: int, budget: int) -> AsyncIterator[ChatEvent]:
+        yield Notice(
+            "reasoning_budget",
+            f"Reasoning reached its budget of {budget} tokens; closing it with </think> "
+            "and continuing to the answer.",
+        )
+        prompt_ids = await continuation_prompt_ids(client, self.base_url, model, messages, tools,
+                                                   "".join(step.reasoning), "".join(step.content))
+        body = continuation_body(self.options, model, prompt_ids, step.usage.completion_tokens)
+        body = self._hooked(body, RequestInfo(self._turns, step_number, "continuation", messages))
+        self.last_request_body = body
+        stream = await client.completions.create(
+            **{k: v for k, v in body.items() if k in _COMPLETION_FIELDS},
+            extra_body={k: v for k, v in body.items() if k not in _COMPLETION_FIELDS},
+        )
+        cont = step.continuation = Step()
+        async for event in self._read_stream(stream, cont, step_number, completion_chunk_events):
+            yield event
+
+
+async def _cancel_quietly(task: asyncio.Future) -> None:
+    """Cancel a pending chunk read and wait for it, so no orphan task reports an error."""
+    task.cancel()
+    try:
+        await task
+    except BaseException:  # the read's own CancelledError or the closed stream's error
+        pass

@@ -1,0 +1,134 @@
+"""`python -m workbench bench`: benchmark a running server, or compare saved runs.
+
+    python -m workbench bench --url http://127.0.0.1:8000 --preset smoke
+    python -m workbench bench --preset speed-bench --isl 2048
+    python -m workbench bench --preset sweep --max-concurrency 8
+    python -m workbench bench --url http://A:8000 --url http://B:8000 --preset smoke
+    python -m workbench bench compare A/bench.json B/bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+from workbench.bench import (
+    PRESETS,
+    BenchConfig,
+    load_result,
+    preset_config,
+    run_benchmark,
+    run_sweep,
+    sweep_levels,
+)
+from workbench.bench.report import TerminalProgress, format_comparison, format_result, format_sweep
+from workbench.errors import WorkbenchError
+from workbench.server import resolve_server_url
+
+# With --request-rate and no --concurrency, in-flight requests are capped this high.
+OPEN_LOOP_MAX_IN_FLIGHT = 256
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark a running server (TTFT, TPOT, ITL, E2E, tok/s), or compare saved runs",
+        description="Send a synthetic load of exact input length to a running vLLM server and report "
+        "aiperf-compatible figures. Presets: "
+        + "; ".join(f"{name}: {p['description']}" for name, p in PRESETS.items()),
+    )
+    parser.add_argument("--url", action="append", help="server base URL; give two to compare them "
+                        "(default: the server the workbench launched)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="a named load shape (default smoke)")
+    parser.add_argument("--isl", type=int, help="input tokens per request (chat-formatted, exact)")
+    parser.add_argument("--osl", type=int, help="output tokens per request (max_tokens with ignore_eos)")
+    parser.add_argument("--concurrency", type=int, help="requests in flight (with --request-rate: the cap)")
+    parser.add_argument("--request-rate", type=float, help="requests per second, Poisson arrivals")
+    parser.add_argument("--requests", type=int, help="measured requests")
+    parser.add_argument("--duration", type=float, help="seconds to send for, instead of a request count")
+    parser.add_argument("--warmup", type=int, help="warm-up requests, not counted")
+    parser.add_argument("--reasoning", choices=("on", "off"), help="chat_template_kwargs.enable_thinking (default off)")
+    parser.add_argument("--max-concurrency", type=int, help="highest level of the sweep preset")
+    parser.add_argument("--seed", type=int, help="seed of the synthetic prompts")
+    parser.add_argument("--output-dir", type=Path, help="where JSON/CSV go (default bench-results/<time>-<preset>)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=bench_command)
+    actions = parser.add_subparsers(dest="bench_action", metavar="ACTION")
+    compare = actions.add_parser("compare", help="show two saved results side by side")
+    compare.add_argument("a", type=Path, help="first result .json")
+    compare.add_argument("b", type=Path, help="second result .json")
+    compare.set_defaults(func=bench_compare_command)
+
+
+def _config(args: argparse.Namespace, url: str) -> BenchConfig:
+    concurrency = args.concurrency
+    if args.request_rate is not None and concurrency is None:
+        concurrency = OPEN_LOOP_MAX_IN_FLIGHT
+    return preset_config(
+        args.preset or "smoke",
+        url=url,
+        input_tokens=args.isl,
+        output_tokens=args.osl,
+        concurrency=concurrency,
+        request_rate=args.request_rate,
+        requests=args.requests,
+        duration_s=args.duration,
+        warmup_requests=args.warmup,
+        reasoning=None if args.reasoning is None else args.reasoning == "on",
+        seed=args.seed,
+        label=url,
+    )
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    if args.preset == "sweep" and args.max_concurrency is None:
+        raise WorkbenchError(
+            "The sweep needs its highest concurrency: the server's --max-num-seqs is not visible from its API.",
+            hint="Pass --max-concurrency N (the server's --max-num-seqs, or less; "
+            "vLLM defaults to 128 per CPU engine and 256-1024 on GPUs).",
+        )
+    urls = args.url or [resolve_server_url(None)]
+    if len(urls) > 2:
+        raise WorkbenchError("Give at most two --url values (two configurations to compare).")
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.output_dir or Path("bench-results") / f"{stamp}-{args.preset or 'smoke'}"
+    progress = None if args.quiet else TerminalProgress(sys.stderr)
+    try:
+        return _run(args, urls, out, progress)
+    except WorkbenchError:
+        if progress:
+            print(file=sys.stderr)  # end the progress line before the error message
+        raise
+
+
+def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: TerminalProgress | None) -> int:
+    if args.preset == "sweep":
+        if len(urls) != 1:
+            raise WorkbenchError("The sweep runs against one server; give one --url.")
+        sweep = run_sweep(_config(args, urls[0]), sweep_levels(args.max_concurrency), progress)
+        if progress:
+            print(file=sys.stderr)
+        print(format_sweep(sweep))
+        paths = sweep.save(out)
+        print(f"\nwrote {paths['json']} and {paths['csv']} (one row per concurrency, ready to plot)")
+        return 0 if all(r.summary.errors == 0 for r in sweep.levels) else 1
+    results = []
+    for i, url in enumerate(urls):
+        result = run_benchmark(_config(args, url), progress)
+        if progress:
+            print(file=sys.stderr)
+        print(format_result(result))
+        stem = "bench" if len(urls) == 1 else f"bench-{'ab'[i]}"
+        paths = result.save(out, stem)
+        print(f"\nwrote {paths['json']}, {paths['requests_csv']}, {paths['summary_csv']}\n")
+        results.append(result)
+    if len(results) == 2:
+        print(format_comparison(*results))
+    return 0 if all(r.summary.errors == 0 for r in results) else 1
+
+
+def bench_compare_command(args: argparse.Namespace) -> int:
+    print(format_comparison(load_result(args.a), load_result(args.b)))
+    return 0

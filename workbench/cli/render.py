@@ -1,0 +1,157 @@
+"""`python -m workbench render`: print the vllm serve / docker run command for a selection.
+
+stdout carries only the command (or JSON), so it can be pasted or piped;
+fallbacks and notes go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from workbench.server import hardware
+from workbench.errors import SelectionError
+from workbench.recipes import DEFAULT_PORT, Catalog, LaunchPlan, Selection, load_catalog, render
+
+__all__ = ["add_selection_arguments", "register", "selection_from_args", "format_plan", "list_catalog"]
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that pick a deployment; shared by `render` and `serve`."""
+    g = parser.add_argument_group("selection")
+    g.add_argument("--recipe", help="recipe id or a unique part of it (default: from the hardware)")
+    g.add_argument("--hardware", help="hardware id (default: detected; see --list)")
+    g.add_argument("--variant", help="checkpoint variant, e.g. default (NVFP4) or bf16")
+    g.add_argument("--strategy", help="parallelism strategy, e.g. single_node_tp")
+    g.add_argument("--nodes", type=int, help="nodes for a multi_node_* strategy (>= 2)")
+    g.add_argument("--features", type=_csv, metavar="A,B",
+                   help="comma-separated features (replaces the recipe's defaults)")
+    g.add_argument("--spec", metavar="MODE", help="speculative decoding mode (implies spec_decoding)")
+    g.add_argument("--preset", help="a named command from the model card")
+    g.add_argument("--port", type=int, default=DEFAULT_PORT, help="server port (default 8000)")
+    g.add_argument("--served-model-name", help="the name clients use as `model`")
+    g.add_argument("--max-model-len", type=int, help="longest context a request may use")
+    g.add_argument("--extra", action="append", default=[], metavar='"FLAGS"',
+                   help="extra vllm serve flags, last and winning (may repeat); "
+                   "a single flag needs the = form: --extra=--enforce-eager")
+
+
+def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Selection:
+    """Build a Selection; with neither --recipe, --preset nor --hardware, use the detected hardware."""
+    hw = args.hardware
+    if hw is None and not args.recipe and not args.preset:
+        hw = (detect or hardware.detect)()
+    if args.nodes is not None and args.nodes < 1:
+        raise SelectionError(f"--nodes must be at least 1, got {args.nodes}")
+    return Selection(
+        recipe=args.recipe,
+        hardware=hw,
+        variant=args.variant,
+        strategy=args.strategy,
+        nodes=args.nodes,
+        features=args.features,
+        spec=args.spec,
+        port=args.port,
+        served_model_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        extra=list(args.extra or []),
+        preset=args.preset,
+    )
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "render",
+        help="print the vllm serve (or docker run) command for your hardware",
+        description="Render a recipe into a ready-to-paste command. The command goes to "
+        "stdout; notes and fallbacks go to stderr.",
+    )
+    add_selection_arguments(p)
+    p.add_argument("--format", choices=("text", "docker", "json", "shell"), default="text",
+                   help="text: one flag per line; docker: docker run; json: the whole plan; shell: one line")
+    p.add_argument("--list", action="store_true", help="list recipes, hardware, variants, strategies, "
+                   "features, spec modes and presets")
+    p.set_defaults(func=render_command)
+
+
+def format_plan(plan: LaunchPlan, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(plan.to_dict(), indent=2)
+    if fmt == "shell":
+        return plan.shell_command(multiline=False)
+    if fmt == "docker":
+        parts = [plan.docker_command()]
+        for i in range(len(plan.worker_docker_argvs)):
+            parts.append(f"# worker node {i + 1}\n" + plan.docker_command(worker=i))
+        return "\n\n".join(parts)
+    parts = [plan.shell_command()]
+    for i in range(len(plan.worker_argvs)):
+        parts.append(f"# worker node {i + 1}\n" + plan.shell_command(worker=i))
+    return "\n\n".join(parts)
+
+
+def _explain(plan: LaunchPlan) -> str:
+    lines = []
+    for f in plan.fallbacks:
+        used = "(left out)" if f.used is None else f.used
+        lines.append(f"fallback: {f.choice} {f.asked!r} -> {used}: {f.reason}")
+    for n in plan.notes:
+        lines.append(f"note: {n}")
+    if plan.install_steps:
+        lines.append("install: " + " && ".join(plan.install_steps))
+    for name, text in plan.config_files.items():
+        lines.append(f"config file {name}:\n{text.rstrip()}")
+    return "\n".join(lines)
+
+
+def list_catalog(catalog: Catalog, recipe_name: str | None = None) -> str:
+    out = ["Recipes:"]
+    for rid, r in catalog.recipes.items():
+        out.append(f"  {rid}  {r.description}")
+    out.append("Hardware:")
+    for hid, h in catalog.hardware.items():
+        out.append(f"  {hid:<18} {h.display_name}: {h.description}")
+    out.append("Strategies:")
+    for sid, s in catalog.strategies.items():
+        out.append(f"  {sid:<18} {s.display_name}: {s.description}")
+    recipes = [catalog.recipe(recipe_name)] if recipe_name else list(catalog.recipes.values())
+    for r in recipes:
+        out.append(f"\n{r.title} ({r.id})")
+        out.append("  Variants:")
+        for v, vd in r.variants.items():
+            out.append(f"    {v:<16} {vd.get('description', '')}")
+        out.append(f"  Strategies: {', '.join(r.compatible_strategies)}")
+        if r.features:
+            out.append("  Features (default on unless marked opt-in):")
+            for f, fd in r.features.items():
+                tag = " [opt-in]" if f in r.opt_in_features else ""
+                out.append(f"    {f:<16} {fd.get('description', '')}{tag}")
+        if r.spec_modes:
+            out.append("  Spec modes (--spec):")
+            for m, md in r.spec_modes.items():
+                out.append(f"    {m:<16} {md.get('description', '')}")
+        if r.presets:
+            out.append("  Presets (--preset):")
+            for name, pr in r.presets.items():
+                out.append(f"    {name:<22} {pr.description}")
+    return "\n".join(out)
+
+
+def render_command(args: argparse.Namespace) -> int:
+    catalog = load_catalog()
+    if args.list:
+        print(list_catalog(catalog, args.recipe))
+        return 0
+    plan = render(selection_from_args(args), catalog)
+    print(format_plan(plan, args.format))
+    if args.format != "json":
+        text = _explain(plan)
+        if text:
+            print(text, file=sys.stderr)
+    return 0

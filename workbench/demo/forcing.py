@@ -1,0 +1,91 @@
+"""Make a random-weight model say exactly a given text, through vLLM's real parsers.
+
+A request carries `structured_outputs.regex` matching the exact text and a
+`logit_bias` that lifts the special tokens, so `</think>` and `<tool_call>` come
+out as their single special-token ids (vLLM's streaming parsers match by id, not
+by spelling). The server must run with
+`--structured-outputs-config '{"enable_in_reasoning": true}'` so the regex also
+holds inside the reasoning section. Used by tests and the tool-calling notebook
+on the CPU engine; never for a real model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from collections.abc import Mapping
+
+from workbench.demo.models import FORCING_MODEL_NAME
+from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, render
+
+# Characters with a meaning in the regex dialects vLLM's structured-output
+# backends accept; everything else stands for itself.
+_REGEX_META = set(r".^$*+?()[]{}|\/")
+
+
+def regex_for_exact_text(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append(r"\n")
+        elif ch == "\t":
+            out.append(r"\t")
+        elif ch in _REGEX_META:
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def reasoning_then_answer(reasoning: str, answer: str) -> str:
+    """The text after the template's opening `<think>`: reasoning, then the answer."""
+    return f"{reasoning}\n</think>\n\n{answer}"
+
+
+def reasoning_then_tool_call(reasoning: str, name: str, arguments: Mapping[str, object]) -> str:
+    """Reasoning, then one call in qwen3_coder's XML form."""
+    params = "".join(
+        f"<parameter={key}>\n{value if isinstance(value, str) else json.dumps(value)}\n</parameter>\n"
+        for key, value in arguments.items()
+    )
+    return (
+        f"{reasoning}\n</think>\n\n<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    )
+
+
+def forcing_extra_body(text: str, special_token_ids: Mapping[str, int]) -> dict:
+    """Request fields that force `text` (pass as the OpenAI SDK's `extra_body`)."""
+    return {
+        "structured_outputs": {"regex": regex_for_exact_text(text)},
+        "logit_bias": {str(i): 100 for i in special_token_ids.values()},
+    }
+
+
+# Server flags the forcing model is served with (beyond the model path).
+FORCING_SERVER_FLAGS = (
+    "--reasoning-parser",
+    "nemotron_v3",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "qwen3_coder",
+    "--structured-outputs-config",
+    '{"enable_in_reasoning": true}',
+)
+
+
+def forcing_plan(catalog: Catalog | None = None, *, port: int | None = None) -> LaunchPlan:
+    """The CPU demo recipe's plan, serving the tiny forcing model with Nemotron's parsers.
+
+    The forcing model (workbench.demo.models.build_forcing_model) has random weights:
+    every word it says is forced by the request. It exists so the reasoning and
+    tool-call parsers can be shown on a CPU; it is not a recipe of its own.
+    """
+    catalog = catalog or load_catalog()
+    plan = render(Selection(hardware="cpu", served_model_name=FORCING_MODEL_NAME,
+                            extra=[shlex.join(FORCING_SERVER_FLAGS)], **({"port": port} if port else {})), catalog)
+    argv = [plan.argv[0], plan.argv[1], FORCING_MODEL_NAME, *plan.argv[3:]]
+    return dataclasses.replace(
+        plan, argv=argv, model_id=FORCING_MODEL_NAME, local_build=FORCING_MODEL_NAME,
+        notes=[*plan.notes, "The model is the tiny random-weight forcing model, built locally: "
+               "its text is forced by each request, and vLLM's real parsers split it."])

@@ -1,0 +1,201 @@
+"""What to run for a plan here: `prepare(plan)` -> ServeCommand, or the reason it cannot run.
+
+Refuses before anything starts: a TensorRT-LLM or multi-node plan, a GPU plan on
+a machine without an NVIDIA GPU, a mode that cannot run (no vLLM, no Docker
+engine). Builds the CPU demo model when the plan needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from workbench.errors import LaunchError
+from workbench.recipes.argv import flag_value, set_flag
+from workbench.server.hardware import detect_hardware
+
+__all__ = ["CONTAINER_PORT", "DEFAULT_HOST", "Mode", "PlanLike", "ServeCommand", "docker_engine_problem",
+           "nvidia_gpu_available", "prepare"]
+
+Mode = Literal["local", "docker", "attach"]
+DEFAULT_HOST = "127.0.0.1"
+CONTAINER_PORT = 8000  # vLLM's default port inside the official images
+
+
+class PlanLike(Protocol):
+    """What the launcher reads from workbench.recipes.LaunchPlan."""
+
+    argv: list[str]
+    env: dict[str, str]
+    docker_argv: list[str]
+    port: int
+    hardware: str
+    engine: str
+    local_build: str | None
+    served_model_name: str
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+@dataclass
+class ServeCommand:
+    """Exactly what start() runs: argv, environment additions, where it listens."""
+
+    mode: Mode
+    argv: list[str]  # executed as-is (no shell)
+    port: int
+    served_model: str
+    host: str = DEFAULT_HOST
+    env: dict[str, str] = field(default_factory=dict)  # added to os.environ
+    plan: dict[str, Any] | None = None
+    container_name: str | None = None
+    api_key: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+def docker_engine_problem() -> str | None:
+    """Why `docker run` cannot work here, or None when the Docker engine answers."""
+    if shutil.which("docker") is None:
+        return "the docker command is not installed"
+    try:
+        out = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"`docker info` failed ({exc})"
+    if out.returncode != 0:
+        first = next((ln for ln in (out.stderr or out.stdout).splitlines() if ln.strip()), "no output")
+        return f"the docker CLI is installed but no Docker engine answers (`docker info`: {first.strip()})"
+    return None
+
+
+def _vllm_executable() -> str | None:
+    beside = Path(sys.executable).with_name("vllm")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("vllm")
+
+def _build_local_model(name: str, progress: Callable[[str], None]) -> Path:
+    from workbench.demo import models
+
+    builders = {models.DEMO_MODEL_NAME: models.build_demo_model,
+                models.FORCING_MODEL_NAME: models.build_forcing_model}
+    if name not in builders:
+        raise LaunchError(f"The plan asks for a local build named {name!r}, which the workbench cannot build.",
+                          hint=f"Known local builds: {', '.join(builders)}.")
+    return builders[name](progress=progress).path
+
+
+def container_argv(plan: PlanLike, port: int, host: str, name: str) -> list[str]:
+    """The plan's `docker run`, made to run here: named, removed on exit, published on `host` only."""
+    argv = list(plan.docker_argv)
+    if argv[:2] != ["docker", "run"]:
+        raise LaunchError(f"The plan's docker command does not start with `docker run`: {argv[:3]}")
+    out = ["docker", "run", "--rm", "--name", name]
+    inner_port = int(flag_value(argv, "--port") or CONTAINER_PORT)
+    i = 2
+    while i < len(argv):
+        token = argv[i]
+        if token in ("-p", "--publish") and i + 1 < len(argv):
+            # Publish on loopback only, on the port the user asked for.
+            out += [token, f"{host}:{port}:{inner_port}"]
+            i += 2
+            continue
+        if token in ("-v", "--volume") and i + 1 < len(argv):
+            out += [token, os.path.expanduser(argv[i + 1])]
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    if "-p" not in argv and "--publish" not in argv:
+        out[5:5] = ["-p", f"{host}:{port}:{inner_port}"]
+    return out
+
+
+def prepare(
+    plan: PlanLike,
+    *,
+    mode: Literal["auto", "local", "docker"] = "auto",
+    python: str | Path | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    progress: Callable[[str], None] = print,
+) -> ServeCommand:
+    """Turn a rendered plan into the command to run here, or refuse with the reason.
+
+    Refuses before anything starts: a TensorRT-LLM or multi-node plan, a GPU
+    plan on a machine without nvidia-smi, a mode that cannot run (no vLLM, no
+    Docker engine). Builds the CPU demo model when the plan needs it."""
+    if plan.engine != "vllm":
+        raise LaunchError(
+            f"This plan is for {plan.engine}; the workbench renders TensorRT-LLM commands but launches only vLLM.",
+            hint="Copy the command from `python -m workbench render` and run it where TensorRT-LLM is installed.",
+        )
+    if getattr(plan, "worker_argvs", None):
+        raise LaunchError("This is a multi-node plan; the workbench launches single-node servers only.",
+                          hint="Run the rendered head and worker commands on each node (python -m workbench render).")
+    if plan.hardware != "cpu" and not nvidia_gpu_available():
+        raise LaunchError(
+            f"This plan is for {plan.hardware} GPUs, and this machine has no NVIDIA GPU (nvidia-smi not found or lists none).",
+            hint=f"The command can still be copied and run on the GPU machine: python -m workbench render "
+            f"--hardware {plan.hardware}. Here, serve the CPU demo engine: python -m workbench serve --hardware cpu.",
+        )
+    port = port or plan.port
+    chosen_host = host or flag_value(plan.argv, "--host") or DEFAULT_HOST
+    served = flag_value(plan.argv, "--served-model-name") or plan.served_model_name or plan.argv[2]
+    plan_dict = plan.to_dict()
+
+    if mode == "auto":
+        mode = "local" if (python or _vllm_executable()) else "docker" if docker_engine_problem() is None else "local"
+    if mode == "docker":
+        problem = docker_engine_problem()
+        if problem:
+            raise LaunchError(f"Cannot run the plan with Docker: {problem}.",
+                              hint="Start the Docker engine (e.g. `sudo systemctl start docker`), or run vLLM "
+                              "from this environment with --mode local.")
+        name = f"workbench-vllm-{port}"
+        return ServeCommand("docker", container_argv(plan, port, chosen_host, name), port, served, chosen_host,
+                            {}, plan_dict, container_name=name)
+    if mode != "local":
+        raise LaunchError(f"Unknown launch mode {mode!r}.", hint="Use auto, local or docker (or attach a URL).")
+
+    if plan.argv[:2] != ["vllm", "serve"] or len(plan.argv) < 3:
+        raise LaunchError(f"The plan's command is not `vllm serve MODEL ...`: {plan.argv[:3]}")
+    if python:
+        if not Path(python).is_file():
+            raise LaunchError(f"--python {python} does not exist.", hint="Give the python of an environment with vLLM.")
+        head = [str(python), "-m", "vllm.entrypoints.cli.main", "serve"]
+    else:
+        exe = _vllm_executable()
+        if exe is None:
+            raise LaunchError(
+                "vLLM is not installed in this environment (no `vllm` beside this Python or on PATH).",
+                hint="Install it (pip install -e '.[cpu]' for the CPU engine, '.[gpu]' on a GPU machine), "
+                "point at another environment with --python /path/to/bin/python, or use --mode docker.",
+            )
+        head = [exe, "serve"]
+    model = plan.argv[2]
+    rest = list(plan.argv[3:])
+    env = dict(plan.env)
+    if plan.local_build:
+        model = str(_build_local_model(plan.local_build, progress))
+        if flag_value(rest, "--served-model-name") is None:
+            rest += ["--served-model-name", plan.served_model_name or plan.argv[2]]
+    rest = set_flag(rest, "--port", str(port))
+    if host or flag_value(rest, "--host") is None:
+        rest = set_flag(rest, "--host", chosen_host)
+    if Path(model).is_dir():
+        env.setdefault("HF_HUB_OFFLINE", "1")  # a local directory needs nothing from the Hub
+    env.setdefault("PYTHONUNBUFFERED", "1")  # phases show as they happen, not when a buffer fills
+    return ServeCommand("local", [*head, model, *rest], port, served, chosen_host, env, plan_dict)
+
+
+
+def nvidia_gpu_available() -> bool:
+    """True when nvidia-smi lists at least one GPU (the same probe as hardware detection)."""
+    return bool(detect_hardware().gpus)
