@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "MetricsPoller": "workbench.metrics",
     # bench
     "BenchConfig": "workbench.bench",
-    "MODEL_CARD_REFERENCE": "workbench.bench",
+    "DGX_SPARK_REFERENCE": "workbench.bench",
     "check_fits": "workbench.bench",
     "preset_config": "workbench.bench",
     "run_benchmark": "workbench.bench",
@@ -90,7 +90,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
-    from workbench.bench import MODEL_CARD_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
+    from workbench.bench import DGX_SPARK_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
     from workbench.chat import ChatOptions, ChatSession
     from workbench.chat.tools import ToolRegistry, builtin_tools
     from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
