@@ -94,6 +94,7 @@ class FixedRateServer:
     tokens_per_chunk: int = 4
     reasoning_tokens: int = 8
     port: int = 0
+    first_token_s: float | None = None  # a fixed prefill time, whatever the prompt's length
     tokenize: bool = True  # False: /tokenize answers 404 (trtllm-serve has none)
     tokenizer: str | None = None  # a local HF tokenizer folder to count prompts with
     fault: str | None = None  # one of FAULTS
@@ -126,7 +127,7 @@ class FixedRateServer:
         return [1] * output_tokens
 
     def truth(self, prompt_tokens: int, output_tokens: int) -> Truth:
-        prefill = prompt_tokens / self.prefill_rate if self.prefill_rate else 0.0
+        prefill = self._prefill_s(prompt_tokens)
         per_token = 1 / self.decode_rate if self.decode_rate else 0.0
         first = self.chunk_sizes(output_tokens)[0]
         ttft = prefill + (first - 1) * per_token
@@ -140,6 +141,11 @@ class FixedRateServer:
             chunk_gap_s=first * per_token,
             first_chunk_tokens=first,
         )
+
+    def _prefill_s(self, prompt_tokens: int) -> float:
+        if self.first_token_s is not None:
+            return self.first_token_s
+        return prompt_tokens / self.prefill_rate if self.prefill_rate else 0.0
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -175,6 +181,8 @@ class FixedRateServer:
                 "--decode-rate", str(self.decode_rate), "--mode", self.mode,
                 "--tokens-per-chunk", str(self.tokens_per_chunk), "--reasoning-tokens", str(self.reasoning_tokens),
                 "--fault-every", str(self.fault_every)]
+        if self.first_token_s is not None:
+            argv += ["--first-token-s", str(self.first_token_s)]
         if not self.tokenize:
             argv.append("--no-tokenize")
         if self.tokenizer is not None:
@@ -294,7 +302,7 @@ class FixedRateServer:
         options = request.get("stream_options") or {}
         continuous = bool(options.get("continuous_usage_stats"))
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        prefill = prompt_tokens / self.prefill_rate if self.prefill_rate else 0.0
+        prefill = self._prefill_s(prompt_tokens)
         per_token = 1 / self.decode_rate if self.decode_rate else 0.0
 
         def event(delta: dict | None, done_tokens: int, finish: str | None = None, usage_only: bool = False) -> bytes:
@@ -365,6 +373,7 @@ def main() -> None:
     parser.add_argument("--mode", default="one", choices=["one", "several", "reasoning", "role-first"])
     parser.add_argument("--tokens-per-chunk", type=int, default=4)
     parser.add_argument("--reasoning-tokens", type=int, default=8)
+    parser.add_argument("--first-token-s", type=float, help="a fixed prefill time (s), whatever the prompt")
     parser.add_argument("--no-tokenize", action="store_true", help="answer /tokenize with 404 (as trtllm-serve)")
     parser.add_argument("--tokenizer", help="count prompt tokens with this local HF tokenizer folder")
     parser.add_argument("--fault", choices=FAULTS)
@@ -372,7 +381,8 @@ def main() -> None:
     args = parser.parse_args()
     server = FixedRateServer(args.prefill_rate, args.decode_rate, args.mode, args.tokens_per_chunk,
                              args.reasoning_tokens, port=args.port, tokenize=not args.no_tokenize,
-                             tokenizer=args.tokenizer, fault=args.fault, fault_every=args.fault_every)
+                             tokenizer=args.tokenizer, fault=args.fault, fault_every=args.fault_every,
+                             first_token_s=args.first_token_s)
     asyncio.run(server.serve_forever())
 
 
