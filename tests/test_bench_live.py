@@ -81,4 +81,4 @@ def test_scaled_speed_bench_shows_the_model_card_beside_it(demo_server, artifact
     assert "NOT measured here" in done.stdout and "NVIDIA DGX Spark (GB10)" in done.stdout
     data = json.loads((out / "bench.json").read_text())
     assert data["records"][0]["prompt_tokens"] == 2048
-    assert data["reference"]["notes"][1] == "This run used 2048 input tokens, the card 8192."
+    assert data["reference"]["notes"][1] == "This run used 2048 input tokens, the DGX Spark reference 8192."

@@ -307,7 +307,7 @@ def test_scaled_speed_bench_result_carries_the_model_card_with_its_hardware() ->
     assert result.reference["hardware"] == "NVIDIA DGX Spark (GB10)"
     assert result.reference["e2e_from_rates_s"] == 3.86
     text = format_result(result)
-    assert "NOT measured here" in text and "7,252" in text and "2048 input tokens, the card 8192" in text
+    assert "NOT measured here" in text and "7,252" in text and "2048 input tokens, the DGX Spark reference 8192" in text
 
 
 def test_bad_settings_say_what_to_change() -> None:

@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "MetricsPoller": "workbench.metrics",
     # bench
     "BenchConfig": "workbench.bench",
-    "MODEL_CARD_REFERENCE": "workbench.bench",
+    "DGX_SPARK_REFERENCE": "workbench.bench",
     "check_fits": "workbench.bench",
     "preset_config": "workbench.bench",
     "run_benchmark": "workbench.bench",
@@ -67,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "RecipePicker": "workbench.notebook",
     "ServerPanel": "workbench.notebook",
     "ThroughputView": "workbench.notebook",
+    "bench_figures": "workbench.notebook",
     "bench_table": "workbench.notebook",
     "checks_table": "workbench.notebook",
     "ensure_server": "workbench.notebook",
@@ -90,7 +91,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
-    from workbench.bench import MODEL_CARD_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
+    from workbench.bench import DGX_SPARK_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
     from workbench.chat import ChatOptions, ChatSession
     from workbench.chat.tools import ToolRegistry, builtin_tools
     from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
@@ -103,6 +104,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         RecipePicker,
         ServerPanel,
         ThroughputView,
+        bench_figures,
         bench_table,
         checks_table,
         ensure_server,

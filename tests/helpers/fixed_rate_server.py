@@ -16,7 +16,19 @@ E2E are known exactly (see `FixedRateServer.truth`). Modes:
     role-first  a role-only chunk at arrival, long before the first token
 
 Tokenization is one token per whitespace-separated word plus TEMPLATE_TOKENS for
-the chat template, so /tokenize and usage.prompt_tokens agree.
+the chat template, so /tokenize and usage.prompt_tokens agree; with `tokenizer`
+(a local Hugging Face tokenizer folder) the server counts with that tokenizer's
+chat template instead, as vLLM would. `tokenize=False` answers /tokenize with a
+404, as TensorRT-LLM's trtllm-serve does.
+
+Its own record (`timings`, also GET /timings) is the truth a client is checked
+against: per chat request, in time.monotonic_ns (one clock for every process on
+Linux), when the head and the body arrived, when the first / first-output / last
+token chunk was written, and how late against its schedule the latest chunk went
+out (`max_send_lag_ns`: if that grows, the server, not the client, fell behind).
+
+`fault` makes every `fault_every`-th chat request (or answer) misbehave, to test
+that a client keeps its results: see FAULTS.
 
     python -m tests.helpers.fixed_rate_server --decode-rate 0   # as fast as it can, prints its URL
 """
@@ -27,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -34,9 +47,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Mode = Literal["one", "several", "reasoning", "role-first"]
+# What `fault` can break:
+#   bad-sse       a `data:` line that is not JSON, mid-stream
+#   wrong-shape   a chunk whose `choices` is a string
+#   http-500      the request answered 500 with an error body
+#   bad-models    GET /v1/models answers HTML
+#   bad-metrics   GET /metrics answers JSON (as trtllm-serve's does)
+#   die           the server process exits while streaming the fault_every-th request
+FAULTS = ("bad-sse", "wrong-shape", "http-500", "bad-models", "bad-metrics", "die")
 TEMPLATE_TOKENS = 10
 MODEL = "fixed-rate"
 MAX_MODEL_LEN = 4096
@@ -73,9 +94,15 @@ class FixedRateServer:
     tokens_per_chunk: int = 4
     reasoning_tokens: int = 8
     port: int = 0
+    first_token_s: float | None = None  # a fixed prefill time, whatever the prompt's length
+    tokenize: bool = True  # False: /tokenize answers 404 (trtllm-serve has none)
+    tokenizer: str | None = None  # a local HF tokenizer folder to count prompts with
+    fault: str | None = None  # one of FAULTS
+    fault_every: int = 2
     counters: Counters = field(default_factory=Counters)
     # Per chat request, in time.monotonic_ns (one clock for all processes on Linux):
-    # arrival, when the first / first-output / last token chunk was written.
+    # head_ns / arrival_ns (head and body in), first_sent_ns / first_output_sent_ns /
+    # last_sent_ns (token chunks written), max_send_lag_ns (worst lateness vs the schedule).
     timings: list[dict[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -83,6 +110,14 @@ class FixedRateServer:
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._chat_requests = 0
+        self._hf_tokenizer: Any = None
+        if self.tokenizer is not None:
+            from transformers import AutoTokenizer
+
+            self._hf_tokenizer = AutoTokenizer.from_pretrained(self.tokenizer)
+        if self.fault is not None and self.fault not in FAULTS:
+            raise ValueError(f"unknown fault {self.fault!r}; one of {FAULTS}")
 
     # ------------------------------------------------------------ truth
     def chunk_sizes(self, output_tokens: int) -> list[int]:
@@ -92,7 +127,7 @@ class FixedRateServer:
         return [1] * output_tokens
 
     def truth(self, prompt_tokens: int, output_tokens: int) -> Truth:
-        prefill = prompt_tokens / self.prefill_rate if self.prefill_rate else 0.0
+        prefill = self._prefill_s(prompt_tokens)
         per_token = 1 / self.decode_rate if self.decode_rate else 0.0
         first = self.chunk_sizes(output_tokens)[0]
         ttft = prefill + (first - 1) * per_token
@@ -106,6 +141,11 @@ class FixedRateServer:
             chunk_gap_s=first * per_token,
             first_chunk_tokens=first,
         )
+
+    def _prefill_s(self, prompt_tokens: int) -> float:
+        if self.first_token_s is not None:
+            return self.first_token_s
+        return prompt_tokens / self.prefill_rate if self.prefill_rate else 0.0
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -139,16 +179,27 @@ class FixedRateServer:
         """Serve from a child process (no GIL shared with the client); yields its base URL."""
         argv = [sys.executable, "-m", "tests.helpers.fixed_rate_server", "--prefill-rate", str(self.prefill_rate),
                 "--decode-rate", str(self.decode_rate), "--mode", self.mode,
-                "--tokens-per-chunk", str(self.tokens_per_chunk), "--reasoning-tokens", str(self.reasoning_tokens)]
+                "--tokens-per-chunk", str(self.tokens_per_chunk), "--reasoning-tokens", str(self.reasoning_tokens),
+                "--fault-every", str(self.fault_every)]
+        if self.first_token_s is not None:
+            argv += ["--first-token-s", str(self.first_token_s)]
+        if not self.tokenize:
+            argv.append("--no-tokenize")
+        if self.tokenizer is not None:
+            argv += ["--tokenizer", self.tokenizer]
+        if self.fault is not None:
+            argv += ["--fault", self.fault]
         root = Path(__file__).resolve().parent.parent.parent
         child = subprocess.Popen(argv, cwd=root, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
         try:
             url = child.stdout.readline().strip()
             if not url.startswith("http://"):
                 raise RuntimeError(f"the fixed-rate server did not start (exit {child.poll()})")
+            self.port = int(url.rsplit(":", 1)[1])
             yield url
         finally:
-            child.terminate()
+            if child.poll() is None:
+                child.terminate()
             child.wait(10)
 
     def __enter__(self) -> FixedRateServer:
@@ -177,21 +228,26 @@ class FixedRateServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                arrived = asyncio.get_running_loop().time()
+                head_ns = time.monotonic_ns()
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                arrived = asyncio.get_running_loop().time()  # the schedule starts once the body is in
+                arrived_ns = time.monotonic_ns()  # the schedule starts once the body is in
                 if method == "POST" and path == "/v1/chat/completions":
-                    await self._chat(writer, json.loads(body), arrived)
-                elif method == "POST" and path == "/tokenize":
-                    count = self._prompt_tokens(json.loads(body).get("messages", []))
+                    await self._chat(writer, json.loads(body), head_ns, arrived_ns)
+                elif method == "POST" and path == "/tokenize" and self.tokenize:
+                    request = json.loads(body)
+                    count = self._prompt_tokens(request.get("messages", []), request.get("chat_template_kwargs"))
                     self._json(writer, {"count": count, "max_model_len": MAX_MODEL_LEN, "tokens": list(range(count))})
+                elif method == "GET" and path == "/v1/models" and self.fault == "bad-models":
+                    self._send(writer, 200, "text/html", b"<html><body>a proxy's login page</body></html>")
                 elif method == "GET" and path == "/v1/models":
                     self._json(writer, {"object": "list", "data": [{"id": MODEL, "max_model_len": MAX_MODEL_LEN}]})
                 elif method == "GET" and path == "/timings":
                     self._json(writer, self.timings)
+                elif method == "GET" and path == "/metrics" and self.fault == "bad-metrics":
+                    self._json(writer, [{"iter": 1, "numActiveRequests": 0}])
                 elif method == "GET" and path == "/metrics":
                     self._send(writer, 200, "text/plain; version=0.0.4", self._metrics_text().encode())
                 else:
@@ -210,9 +266,15 @@ class FixedRateServer:
     def _json(self, writer: asyncio.StreamWriter, value: object) -> None:
         self._send(writer, 200, "application/json", json.dumps(value).encode())
 
-    @staticmethod
-    def _prompt_tokens(messages: list[dict]) -> int:
+    def _prompt_tokens(self, messages: list[dict], template_kwargs: dict | None = None) -> int:
+        if self._hf_tokenizer is not None:
+            ids = self._hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                         **(template_kwargs or {}))
+            return len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         return TEMPLATE_TOKENS + sum(len(str(m.get("content", "")).split()) for m in messages)
+
+    def _faulty(self) -> bool:
+        return self.fault is not None and self._chat_requests % self.fault_every == 0
 
     def _metrics_text(self) -> str:
         c = self.counters
@@ -229,14 +291,18 @@ class FixedRateServer:
                       f'{name}_total{{engine="0",model_name="{MODEL}"}} {float(value)}']
         return "\n".join(lines) + "\n"
 
-    async def _chat(self, writer: asyncio.StreamWriter, request: dict, arrived: float) -> None:
-        loop = asyncio.get_running_loop()
-        prompt_tokens = self._prompt_tokens(request["messages"])
-        output_tokens = int(request.get("max_tokens") or 16)
+    async def _chat(self, writer: asyncio.StreamWriter, request: dict, head_ns: int, arrived_ns: int) -> None:
+        self._chat_requests += 1
+        faulty = self._faulty()
+        if faulty and self.fault == "http-500":
+            self._send(writer, 500, "application/json", b'{"error": {"message": "engine fault injected"}}')
+            return
+        prompt_tokens = self._prompt_tokens(request["messages"], request.get("chat_template_kwargs"))
+        output_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
         options = request.get("stream_options") or {}
         continuous = bool(options.get("continuous_usage_stats"))
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        prefill = prompt_tokens / self.prefill_rate if self.prefill_rate else 0.0
+        prefill = self._prefill_s(prompt_tokens)
         per_token = 1 / self.decode_rate if self.decode_rate else 0.0
 
         def event(delta: dict | None, done_tokens: int, finish: str | None = None, usage_only: bool = False) -> bytes:
@@ -250,24 +316,33 @@ class FixedRateServer:
                            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
                 if continuous:
                     payload["usage"] = usage
-            data = f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
-            return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+            return self._chunked(f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode())
 
         if self.mode == "role-first":
             writer.write(event({"role": "assistant", "content": ""}, 0))
             await writer.drain()
-        timing = {"arrival_ns": int(arrived * 1e9)}
+        timing = {"head_ns": head_ns, "arrival_ns": arrived_ns, "max_send_lag_ns": 0}
         done = 0
-        for size in self.chunk_sizes(output_tokens):
+        sizes = self.chunk_sizes(output_tokens)
+        for n, size in enumerate(sizes):
             last_token = done + size - 1
-            wait = arrived + prefill + last_token * per_token - loop.time()
+            due_ns = arrived_ns + int((prefill + last_token * per_token) * 1e9)
+            wait = (due_ns - time.monotonic_ns()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)
+            if faulty and n == len(sizes) // 2:
+                if self.fault == "die":
+                    os._exit(3)  # as a crashed engine: mid-stream, no goodbye
+                if self.fault == "bad-sse":
+                    writer.write(self._chunked(b"data: {\"choices\": [{\"delta\": {\"content\": \"w\n\n"))
+                elif self.fault == "wrong-shape":
+                    writer.write(self._chunked(b'data: {"choices": "not a list", "usage": 7}\n\n'))
             field_name = "reasoning" if self.mode == "reasoning" and done < self.reasoning_tokens else "content"
             text = "".join(f" w{i}" for i in range(done, done + size))
             done += size
             writer.write(event({field_name: text}, done))
             sent = time.monotonic_ns()
+            timing["max_send_lag_ns"] = max(timing["max_send_lag_ns"], sent - due_ns)
             timing.setdefault("first_sent_ns", sent)
             if field_name == "content":
                 timing.setdefault("first_output_sent_ns", sent)
@@ -285,6 +360,10 @@ class FixedRateServer:
         self.counters.prompt_tokens += prompt_tokens
         self.counters.generation_tokens += done
 
+    @staticmethod
+    def _chunked(data: bytes) -> bytes:
+        return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -294,9 +373,16 @@ def main() -> None:
     parser.add_argument("--mode", default="one", choices=["one", "several", "reasoning", "role-first"])
     parser.add_argument("--tokens-per-chunk", type=int, default=4)
     parser.add_argument("--reasoning-tokens", type=int, default=8)
+    parser.add_argument("--first-token-s", type=float, help="a fixed prefill time (s), whatever the prompt")
+    parser.add_argument("--no-tokenize", action="store_true", help="answer /tokenize with 404 (as trtllm-serve)")
+    parser.add_argument("--tokenizer", help="count prompt tokens with this local HF tokenizer folder")
+    parser.add_argument("--fault", choices=FAULTS)
+    parser.add_argument("--fault-every", type=int, default=2)
     args = parser.parse_args()
     server = FixedRateServer(args.prefill_rate, args.decode_rate, args.mode, args.tokens_per_chunk,
-                             args.reasoning_tokens, port=args.port)
+                             args.reasoning_tokens, port=args.port, tokenize=not args.no_tokenize,
+                             tokenizer=args.tokenizer, fault=args.fault, fault_every=args.fault_every,
+                             first_token_s=args.first_token_s)
     asyncio.run(server.serve_forever())
 
 

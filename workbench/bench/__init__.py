@@ -13,7 +13,7 @@ The layers depend one way: config/records <- summary <- results <- runner, repor
 """
 
 from workbench.bench.config import (
-    MODEL_CARD_REFERENCE,
+    DGX_SPARK_REFERENCE,
     PRESETS,
     BenchConfig,
     BenchPhase,
@@ -29,7 +29,7 @@ from workbench.errors import BenchShapeError
 
 __all__ = [
     "DEFINITIONS",
-    "MODEL_CARD_REFERENCE",
+    "DGX_SPARK_REFERENCE",
     "PRESETS",
     "BenchConfig",
     "BenchPhase",

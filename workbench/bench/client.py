@@ -1,21 +1,28 @@
 """The benchmark's HTTP side: one streamed chat request measured, plus the
-server calls around a run (/v1/models, /tokenize, /metrics).
+server calls around a run (/v1/models, /metrics).
 
-The stream is read as raw bytes and split into SSE lines here, so an event's
-arrival time is when its bytes arrived. Most events are classified by a string
-fast path (vLLM writes compact JSON); json.loads runs only on events the fast
-path cannot vouch for: the role chunk, the first token chunk (its usage), the
-final usage chunk, tool calls and errors.
+aiohttp, one session per run: at 128-256 streams httpx's connection pool queued
+requests for seconds inside the timed window (measured: its start-to-server delay
+was 1.9 s mean at 128 streams, 3.7 s at 256, with the connections already open),
+and it costs ~4.5x aiohttp's CPU per event. The stream is read with `iter_any()`
+(every network read as it arrives) and stamped with one time.monotonic_ns() per
+read, so an event's arrival time is when its bytes reached the client; SSE lines
+are split here. Most events are classified by a string fast path (vLLM writes
+compact JSON); json.loads runs only on events the fast path cannot vouch for.
+
+A stream that breaks its contract (an event that is not JSON, a chunk of the
+wrong shape, an error event, a dropped connection) fails that request with the
+reason; nothing here raises out of a request.
 """
 
 from __future__ import annotations
 
-import codecs
+import asyncio
 import json
 import time
 from typing import Any
 
-import httpx
+import aiohttp
 
 from workbench.bench.records import ChunkKind, RequestRecord
 from workbench.bench.summary import ServerCounters
@@ -31,12 +38,22 @@ from workbench.metrics.parse import (
 )
 
 __all__ = [
+    "CONNECTION_ERRORS",
+    "CONNECT_FAILED",
+    "StreamShapeError",
     "classify_event",
     "counter_deltas",
     "fetch_counters",
     "fetch_model",
+    "open_connections",
+    "open_session",
     "stream_request",
 ]
+
+# What a dropped server looks like to aiohttp (also asyncio's timeouts).
+CONNECTION_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OSError)
+# How a request's error starts when no connection could be made at all (the server is gone).
+CONNECT_FAILED = "could not connect"
 
 _DELTA = '"delta":{'
 # A JSON string value cannot contain `,"` (its quotes are escaped), so `,"` after
@@ -47,8 +64,16 @@ _FAST_KEYS = (
     ('"reasoning_content":"', ChunkKind.REASONING),
 )
 
+
+class StreamShapeError(ValueError):
+    """An SSE event that is not the OpenAI chat-chunk shape."""
+
+
 def classify_event(data: str) -> tuple[ChunkKind, dict[str, Any] | None]:
-    """Kind of one SSE `data:` payload, and its parsed JSON when it had to be parsed."""
+    """Kind of one SSE `data:` payload, and its parsed JSON when it had to be parsed.
+
+    Raises StreamShapeError for an event that is not JSON or not a chat chunk.
+    """
     if data == "[DONE]":
         return ChunkKind.DONE, None
     at = data.find(_DELTA)
@@ -65,17 +90,35 @@ def classify_event(data: str) -> tuple[ChunkKind, dict[str, Any] | None]:
                         return ChunkKind.EMPTY, None
                     return kind, None
                 break
-    parsed = json.loads(data)
-    return _classify_parsed(parsed), parsed
+    try:
+        parsed = json.loads(data)
+    except ValueError as exc:
+        raise StreamShapeError(f"an SSE event is not JSON ({exc}): {data[:120]!r}") from exc
+    return _classify_parsed(parsed, data), parsed
 
 
-def _classify_parsed(event: dict[str, Any]) -> ChunkKind:
+def _classify_parsed(event: Any, data: str) -> ChunkKind:
+    def wrong(what: str) -> StreamShapeError:
+        return StreamShapeError(f"a chunk of the wrong shape ({what}): {data[:120]!r}")
+
+    if not isinstance(event, dict):
+        raise wrong("not a JSON object")
     if "error" in event or event.get("object") == "error":
         return ChunkKind.ERROR
     choices = event.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        raise wrong("`choices` is not a list")
+    usage = event.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        raise wrong("`usage` is not an object")
     if not choices:
-        return ChunkKind.USAGE if "usage" in event else ChunkKind.EMPTY
-    delta = choices[0].get("delta") or {}
+        return ChunkKind.USAGE if usage is not None else ChunkKind.EMPTY
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise wrong("a choice is not an object")
+    delta = choice.get("delta") or {}
+    if not isinstance(delta, dict):
+        raise wrong("`delta` is not an object")
     if delta.get("tool_calls"):
         return ChunkKind.TOOL_CALL
     if delta.get("content"):
@@ -92,89 +135,189 @@ def _error_text(event: dict[str, Any]) -> str:
     return str(err)
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _TimedBody(aiohttp.BytesPayload):
+    """The request body; stamps when aiohttp hands it (with the headers) to the socket.
+
+    On Python < 3.12 aiohttp writes the body in a task of its own, so with 256
+    requests starting together a stamp taken before session.post ran ~10 ms before
+    the bytes left: the client's queueing, not the server's latency.
+    """
+
+    sent_ns: int | None = None
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        self.sent_ns = time.monotonic_ns()
+        await super().write_with_length(writer, content_length)
+
+
+class _StreamReader:
+    """Turns network reads into timed events on one record."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.record = record
+        self.pending = b""
+        self.first_token_pending = True
+
+    def feed(self, raw: bytes, now: int) -> None:
+        """Every complete line of `raw` (plus what was pending), stamped `now`."""
+        lines = (self.pending + raw).split(b"\n")
+        self.pending = lines.pop()
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, `event:` lines
+            data = line[5:].strip().decode("utf-8", errors="replace")
+            self.event(data, now)
+
+    def event(self, data: str, now: int) -> None:
+        record = self.record
+        kind, parsed = classify_event(data)
+        if kind.is_token_chunk and self.first_token_pending:
+            self.first_token_pending = False
+            if parsed is None:
+                try:
+                    parsed = json.loads(data)
+                except ValueError as exc:
+                    raise StreamShapeError(f"an SSE event is not JSON ({exc}): {data[:120]!r}") from exc
+            usage = parsed.get("usage") if isinstance(parsed, dict) else None
+            record.first_chunk_tokens = _int_or_none((usage or {}).get("completion_tokens"))
+        if kind is ChunkKind.USAGE and parsed is not None:
+            _take_usage(record, parsed["usage"])
+        elif kind is ChunkKind.ERROR and parsed is not None:
+            record.error = f"the server sent an error event: {_error_text(parsed)}"
+        record.add_event(now, kind)
+
+
 async def stream_request(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     url: str,
-    body: dict[str, Any],
+    payload: bytes,
     index: int,
     target_input_tokens: int | None = None,
 ) -> RequestRecord:
-    """POST one streamed chat completion and record when every event arrived."""
-    payload = json.dumps(body).encode()
-    headers = {"content-type": "application/json"}
-    record = RequestRecord(index=index, start_ns=time.monotonic_ns(), target_input_tokens=target_input_tokens)
-    first_token_pending = True
+    """POST one streamed chat completion (`payload` is its JSON) and record when every event arrived.
+
+    start_ns is when the request's bytes went to the socket; queued_ns when this call began.
+    """
+    queued = time.monotonic_ns()
+    record = RequestRecord(index=index, start_ns=queued, queued_ns=queued, target_input_tokens=target_input_tokens)
+    reader = _StreamReader(record)
+    body = _TimedBody(payload, content_type="application/json")
     try:
-        async with client.stream("POST", url, content=payload, headers=headers) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")
-                record.error = f"HTTP {response.status_code}: {text[:300]}"
+        async with session.post(url, data=body) as response:
+            if body.sent_ns is not None:
+                record.start_ns = body.sent_ns
+            if response.status != 200:
+                text = (await response.read()).decode(errors="replace")
+                record.error = f"HTTP {response.status}: {text[:300]}"
                 return record
-            pending = ""
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            async for raw in response.aiter_raw():
-                now = time.monotonic_ns()
-                pending += decoder.decode(raw)
-                lines = pending.split("\n")
-                pending = lines.pop()
-                for line in lines:
-                    if not line.startswith("data: "):
-                        continue  # blank separators, comments, `event:` lines
-                    kind, parsed = classify_event(line[6:].rstrip("\r"))
-                    if kind.is_token_chunk and first_token_pending:
-                        first_token_pending = False
-                        parsed = parsed if parsed is not None else json.loads(line[6:])
-                        usage = parsed.get("usage") or {}
-                        record.first_chunk_tokens = usage.get("completion_tokens")
-                    if kind is ChunkKind.USAGE and parsed is not None:
-                        _take_usage(record, parsed["usage"])
-                    elif kind is ChunkKind.ERROR and parsed is not None:
-                        record.error = _error_text(parsed)
-                    record.add_event(now, kind)
-    except httpx.HTTPError as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+            async for raw in response.content.iter_any():
+                reader.feed(raw, time.monotonic_ns())
+                if record.error is not None:
+                    break
+            if reader.pending.strip() and record.error is None:
+                reader.feed(b"\n", time.monotonic_ns())  # a last line without its newline
+    except StreamShapeError as exc:
+        record.error = str(exc)
+    except aiohttp.ClientConnectorError as exc:
+        record.error = f"{CONNECT_FAILED}: {exc}"
+    except CONNECTION_ERRORS as exc:
+        record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     finally:
         record.end_ns = time.monotonic_ns()
+        if body.sent_ns is not None:
+            record.start_ns = body.sent_ns
     if record.error is None and record.completion_tokens is None:
         record.error = "the stream ended without a usage chunk (is stream_options.include_usage supported?)"
     return record
 
 
 def _take_usage(record: RequestRecord, usage: dict[str, Any]) -> None:
-    record.prompt_tokens = usage.get("prompt_tokens")
-    record.completion_tokens = usage.get("completion_tokens")
-    details = usage.get("completion_tokens_details") or {}
-    record.reasoning_tokens = details.get("reasoning_tokens")
+    record.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+    record.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+    details = usage.get("completion_tokens_details")
+    record.reasoning_tokens = _int_or_none(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    if record.completion_tokens is None:
+        raise StreamShapeError(f"the usage chunk has no integer completion_tokens: {usage!r:.120}")
 
 
-async def fetch_model(client: httpx.AsyncClient, base_url: str) -> tuple[str, int | None]:
+def open_session(connections: int, timeout_s: float) -> aiohttp.ClientSession:
+    """One session for a whole run: a pool with room for every stream (aiohttp's default is 100)."""
+    connector = aiohttp.TCPConnector(limit=connections + 8, limit_per_host=0, keepalive_timeout=300,
+                                     force_close=False, enable_cleanup_closed=False)
+    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+
+async def open_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> int:
+    """Open `count` pooled connections before the measured window (concurrent GET /v1/models).
+
+    Returns how many of the probes were answered. Run it just before the load: vLLM's
+    HTTP server closes a connection after 5 s idle (VLLM_HTTP_TIMEOUT_KEEP_ALIVE).
+    """
+
+    async def one() -> bool:
+        try:
+            async with session.get(f"{base_url}/v1/models") as response:
+                await response.read()
+                return response.status == 200
+        except CONNECTION_ERRORS:
+            return False
+
+    answered = await asyncio.gather(*(one() for _ in range(count)))
+    return sum(answered)
+
+
+async def fetch_model(session: aiohttp.ClientSession, base_url: str) -> tuple[str, int | None]:
     """The served model's name and max_model_len, from GET /v1/models."""
+    hint = "Check --url points at a running OpenAI-compatible server (e.g. http://127.0.0.1:8000)."
     try:
-        response = await client.get(f"{base_url}/v1/models")
-        response.raise_for_status()
-        models = response.json()["data"]
-    except (httpx.HTTPError, KeyError, ValueError) as exc:
+        async with session.get(f"{base_url}/v1/models") as response:
+            status = response.status
+            text = await response.text(errors="replace")
+    except CONNECTION_ERRORS as exc:
+        raise WorkbenchError(f"Could not read the model list from {base_url}/v1/models: "
+                             f"{type(exc).__name__}: {exc}", hint=hint) from exc
+    if status != 200:
+        raise WorkbenchError(f"Could not read the model list from {base_url}/v1/models: HTTP {status}: "
+                             f"{text[:200]}", hint=hint)
+    try:
+        models = json.loads(text)["data"]
+        first = models[0] if models else None
+        model_id = None if first is None else first["id"]
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise WorkbenchError(
-            f"Could not read the model list from {base_url}/v1/models: {exc}",
-            hint="Check --url points at a running vLLM server (e.g. http://127.0.0.1:8000).",
+            f"Could not read the model list from {base_url}/v1/models: the answer is not an OpenAI "
+            f"model list ({type(exc).__name__}: {exc}): {text[:200]!r}",
+            hint=hint + " Or give the served model's name with --model.",
         ) from exc
-    if not models:
-        raise WorkbenchError(f"{base_url} serves no model.", hint="Start vllm serve with a model.")
-    return models[0]["id"], models[0].get("max_model_len")
+    if model_id is None:
+        raise WorkbenchError(f"{base_url} serves no model.", hint="Start the server with a model.")
+    if not isinstance(model_id, str):
+        raise WorkbenchError(f"{base_url}/v1/models names its model {model_id!r}, not a string.",
+                             hint="Give the served model's name with --model.")
+    return model_id, _int_or_none(first.get("max_model_len"))
 
 
-async def fetch_counters(client: httpx.AsyncClient, base_url: str) -> Snapshot | None:
-    """The server's /metrics as a Snapshot; None if it has none (or not a vLLM one)."""
+async def fetch_counters(session: aiohttp.ClientSession, base_url: str) -> tuple[Snapshot | None, str | None]:
+    """The server's /metrics as a Snapshot, or None and why not (a failed read fails only itself)."""
     try:
-        response = await client.get(f"{base_url}/metrics")
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
+        async with session.get(f"{base_url}/metrics") as response:
+            status = response.status
+            text = await response.text(errors="replace")
+    except CONNECTION_ERRORS as exc:
+        return None, f"GET /metrics failed: {type(exc).__name__}: {exc}"
+    if status != 200:
+        return None, f"GET /metrics answered HTTP {status}"
     try:
-        return parse_metrics(response.text)
-    except MetricsError:
-        return None
+        return parse_metrics(text), None
+    except MetricsError as exc:
+        return None, f"GET /metrics: {exc.message}"
+    except (ValueError, TypeError, KeyError, IndexError) as exc:  # a parser's surprise, not the run's
+        return None, f"GET /metrics could not be parsed: {type(exc).__name__}: {exc}"
 
 
 # ServerCounters field -> the vLLM counter it is the delta of.

@@ -13,21 +13,23 @@ from typing import Any, Literal
 from workbench.errors import BenchShapeError, SelectionError, WorkbenchError
 from workbench.urls import normalize_base_url
 
-__all__ = ["MODEL_CARD_REFERENCE", "PRESETS", "BenchConfig", "BenchPhase", "BenchProgress", "ProgressCallback",
+__all__ = ["DGX_SPARK_REFERENCE", "PRESETS", "BenchConfig", "BenchPhase", "BenchProgress", "ProgressCallback",
            "check_fits", "preset_config", "reference_for", "scaled_input_tokens", "sweep_levels"]
 
 BenchPhase = Literal["connecting", "preparing", "warmup", "running", "done"]
 ProgressCallback = Callable[["BenchProgress"], None]
 
 
-# What the model card reports (NVIDIA's measurement, not ours): shown beside a
-# SPEED-Bench-shaped result, never as if measured here.
-MODEL_CARD_REFERENCE: dict[str, Any] = {
-    "source": "NVIDIA Nemotron 3.5 Lightning model card",
+# What the recipes.vllm.ai page for Nemotron 3.5 Lightning reports in its Notes
+# (not the model card, and not measured here): shown beside a SPEED-Bench-shaped
+# result, never as if measured here.
+DGX_SPARK_REFERENCE: dict[str, Any] = {
+    "source": "the recipes.vllm.ai page for Nemotron 3.5 Lightning (its Notes on DGX Spark), not the model card",
+    "source_url": "https://recipes.vllm.ai/nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16",
     "hardware": "NVIDIA DGX Spark (GB10)",
     "shape": {"input_tokens": 8192, "output_tokens": 256, "concurrency": 1},
     "benchmark": "SPEED-Bench shape, aiperf 0.12.0",
-    "server": "vLLM 0.28.1rc1.dev130, DSpark speculative decoding (7 tokens)",
+    "server": "vLLM 0.28.1rc1.dev130, DSpark speculative decoding (7 tokens), fastsafetensors loading",
     "measured": "2026-08-31",
     "prefill_tok_s_per_user": 7252.0,
     "decode_tok_s_per_user": 93.3,
@@ -55,6 +57,10 @@ class BenchConfig:
     preset: str | None = None
     label: str | None = None  # a name for this configuration in comparisons
     extra_body: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None  # the served name; None = read from /v1/models
+    tokenizer: str | None = None  # count input tokens with this tokenizer (folder or HF cache id), not /tokenize
+    goodput: dict[str, float] | None = None  # SLOs, aiperf tags -> ms or tok/s (see bench.goodput)
+    custom_shape: bool = False  # --isl/--osl changed the preset's shape
 
     def __post_init__(self) -> None:
         self.url = normalize_base_url(self.url)
@@ -77,6 +83,10 @@ class BenchConfig:
             problems.append("warmup_requests cannot be negative (--warmup)")
         if problems:
             raise WorkbenchError("Invalid benchmark settings: " + "; ".join(problems) + ".")
+        if self.goodput is not None:
+            from workbench.bench.goodput import parse_goodput
+
+            self.goodput = parse_goodput(self.goodput)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +94,14 @@ class BenchConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    @property
+    def shape_label(self) -> str:
+        """"preset smoke", or "custom shape" once --isl/--osl changed it."""
+        if self.custom_shape or self.preset is None:
+            based = f", preset {self.preset}'s other settings" if self.preset else ""
+            return f"custom shape: {self.input_tokens} in / {self.output_tokens} out{based}"
+        return f"preset {self.preset}"
 
     @property
     def is_speed_bench_shaped(self) -> bool:
@@ -138,10 +156,11 @@ def preset_config(name: str, url: str, **overrides: Any) -> BenchConfig:
     if name not in PRESETS:
         raise SelectionError(f"Unknown benchmark preset {name!r}.", hint="Choose one of: " + ", ".join(PRESETS))
     values = {k: v for k, v in PRESETS[name].items() if k != "description"}
+    custom = any(overrides.get(k) is not None and overrides[k] != values[k] for k in ("input_tokens", "output_tokens"))
     values.update({k: v for k, v in overrides.items() if v is not None})
-    if values.get("duration_s") is not None and "requests" not in overrides:
+    if values.get("duration_s") is not None and overrides.get("requests") is None:
         values["requests"] = None
-    return BenchConfig(url=url, preset=name, **values)
+    return BenchConfig(url=url, preset=name, custom_shape=custom, **values)
 
 
 def sweep_levels(max_concurrency: int) -> list[int]:
@@ -190,14 +209,14 @@ def check_fits(config: BenchConfig, max_model_len: int | None) -> None:
 
 
 def reference_for(config: BenchConfig, model: str) -> dict[str, Any] | None:
-    """The model card's figures, with what differs from this run said plainly."""
+    """The recipe page's DGX Spark figures, with what differs from this run said plainly."""
     if not config.is_speed_bench_shaped:
         return None
     notes = [
-        "Measured by NVIDIA on a DGX Spark (GB10) with speculative decoding, not on this machine; "
-        f"this run measured {model} at {config.url}. Different hardware and model: compare the "
-        "shape of the figures, not their size."
+        "Measured on a DGX Spark (GB10) with speculative decoding, as the recipes.vllm.ai page's notes "
+        f"report (not the model card), not on this machine; this run measured {model} at {config.url}. "
+        "Different hardware and model: compare the shape of the figures, not their size."
     ]
     if config.input_tokens != 8192:
-        notes.append(f"This run used {config.input_tokens} input tokens, the card 8192.")
-    return {**MODEL_CARD_REFERENCE, "notes": notes}
+        notes.append(f"This run used {config.input_tokens} input tokens, the DGX Spark reference 8192.")
+    return {**DGX_SPARK_REFERENCE, "notes": notes}

@@ -1,23 +1,37 @@
-"""Synthetic prompts of an exact input length, counted by the server itself.
+"""Synthetic prompts of an exact input length, counted by the model's own tokenizer.
 
 A prompt is random common words (seeded, different for every request, so prefix
-caching cannot shortcut prefill). Its length is what the server's own
-`POST /tokenize` says the *chat-formatted* prompt is (template, system prompt and
-generation prompt included) — the number vLLM reports as usage.prompt_tokens.
-Words are added or removed until that count equals the target.
+caching cannot shortcut prefill). Its length is the *chat-formatted* prompt's
+(template, system prompt and generation prompt included): the number the server
+reports as usage.prompt_tokens. Words are added or removed until the count equals
+the target. Who counts:
+
+    the server's POST /tokenize      vLLM has it: the count is the server's own
+    the model's tokenizer files      servers without /tokenize (TensorRT-LLM's
+                                     trtllm-serve): a local folder (--tokenizer PATH)
+                                     or the model's files in the Hugging Face cache
+
+Either way every request's usage.prompt_tokens is checked against the target after
+the run (BenchResult.input_length_mismatches), so a counter that disagrees with the
+server shows.
 """
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from workbench.errors import WorkbenchError
 
-__all__ = ["Prompt", "PromptBuilder", "WORDS"]
+__all__ = ["Prompt", "PromptBuilder", "TokenCounter", "WORDS", "choose_counter", "local_counter", "server_counter"]
+
+Messages = list[dict[str, str]]
 
 # Common words; most are one token in byte-level BPE vocabularies.
 WORDS = (
@@ -44,44 +58,109 @@ MAX_ATTEMPTS = 48
 
 @dataclass(frozen=True)
 class Prompt:
-    messages: list[dict[str, str]]
-    input_tokens: int  # the chat-formatted length the server's tokenizer reported
+    messages: Messages
+    input_tokens: int  # the chat-formatted length the counter reported
+
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """Counts a chat-formatted prompt; `source` says who counts (shown with the result)."""
+
+    source: str
+    count: Callable[[Messages], Awaitable[int]]
+
+
+class _NoTokenize(Exception):
+    """The server has no /tokenize (404/405/501)."""
+
+
+def server_counter(session: aiohttp.ClientSession, base_url: str, model: str,
+                   chat_template_kwargs: dict[str, Any] | None) -> TokenCounter:
+    async def count(messages: Messages) -> int:
+        body: dict[str, Any] = {"model": model, "messages": messages, "add_generation_prompt": True}
+        if chat_template_kwargs:
+            body["chat_template_kwargs"] = chat_template_kwargs
+        try:
+            async with session.post(f"{base_url}/tokenize", json=body) as response:
+                status, text = response.status, await response.text(errors="replace")
+        except (aiohttp.ClientError, OSError) as exc:
+            raise WorkbenchError(f"POST {base_url}/tokenize failed: {type(exc).__name__}: {exc}") from exc
+        if status in (404, 405, 501):
+            raise _NoTokenize(text[:200])
+        if status != 200:
+            raise WorkbenchError(f"POST {base_url}/tokenize answered {status}: {text[:300]}",
+                                 hint="Give the model's tokenizer with --tokenizer PATH to count locally.")
+        try:
+            return int(json.loads(text)["count"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise WorkbenchError(f"POST {base_url}/tokenize answered something other than a count: {text[:200]!r}",
+                                 hint="Give the model's tokenizer with --tokenizer PATH to count locally.") from exc
+
+    return TokenCounter(f"the server's /tokenize ({base_url})", count)
+
+
+def local_counter(name_or_path: str, chat_template_kwargs: dict[str, Any] | None) -> TokenCounter:
+    """The model's own tokenizer and chat template, from a folder or the Hugging Face cache (no download)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:  # pragma: no cover - transformers comes with vLLM
+        raise WorkbenchError("Counting input tokens locally needs `transformers`.",
+                             hint="pip install transformers (vLLM installs it).") from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise WorkbenchError(
+            f"Could not load a tokenizer from {name_or_path!r}: {exc}".splitlines()[0],
+            hint="Pass --tokenizer PATH: a folder with the model's tokenizer.json and tokenizer_config.json "
+            "(or download the model into the Hugging Face cache first).",
+        ) from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise WorkbenchError(f"The tokenizer at {name_or_path!r} has no chat template, so the chat-formatted "
+                             "length the server will see cannot be counted.",
+                             hint="Pass --tokenizer PATH to the served model's own tokenizer folder.")
+    kwargs = dict(chat_template_kwargs or {})
+
+    async def count(messages: Messages) -> int:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                            return_dict=False, **kwargs)
+        return len(ids)
+
+    where = name_or_path if Path(name_or_path).exists() else f"{name_or_path} (Hugging Face cache)"
+    return TokenCounter(f"the model's tokenizer, {where}", count)
+
+
+async def choose_counter(session: aiohttp.ClientSession, base_url: str, model: str, tokenizer: str | None,
+                         chat_template_kwargs: dict[str, Any] | None) -> TokenCounter:
+    """--tokenizer if given; else the server's /tokenize; else the model's tokenizer from the HF cache."""
+    if tokenizer is not None:
+        return local_counter(tokenizer, chat_template_kwargs)
+    server = server_counter(session, base_url, model, chat_template_kwargs)
+    try:
+        await server.count([{"role": "user", "content": WORDS[0]}])
+        return server
+    except _NoTokenize:
+        pass
+    try:
+        return local_counter(model, chat_template_kwargs)
+    except WorkbenchError as exc:
+        raise WorkbenchError(
+            f"{base_url} has no /tokenize (TensorRT-LLM's trtllm-serve has none), and no tokenizer for "
+            f"{model!r} is in the Hugging Face cache, so exact input lengths cannot be counted.",
+            hint="Pass --tokenizer PATH: the served model's tokenizer folder (tokenizer.json, tokenizer_config.json).",
+        ) from exc
 
 
 class PromptBuilder:
-    """Builds prompts of exactly `input_tokens` chat-formatted tokens for one server."""
+    """Builds prompts of exactly `input_tokens` chat-formatted tokens, counted by `counter`."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        model: str,
-        input_tokens: int,
-        chat_template_kwargs: dict[str, Any] | None = None,
-        seed: int = 0,
-    ) -> None:
-        self.client = client
-        self.base_url = base_url
-        self.model = model
+    def __init__(self, counter: TokenCounter, input_tokens: int, seed: int = 0) -> None:
+        self.counter = counter
         self.input_tokens = input_tokens
-        self.chat_template_kwargs = chat_template_kwargs
         self.seed = seed
         self._overhead: int | None = None
 
-    async def count(self, messages: list[dict[str, str]]) -> int:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": True}
-        if self.chat_template_kwargs:
-            body["chat_template_kwargs"] = self.chat_template_kwargs
-        try:
-            response = await self.client.post(f"{self.base_url}/tokenize", json=body)
-        except httpx.HTTPError as exc:
-            raise WorkbenchError(f"POST {self.base_url}/tokenize failed: {exc}") from exc
-        if response.status_code != 200:
-            raise WorkbenchError(
-                f"POST {self.base_url}/tokenize answered {response.status_code}: {response.text[:300]}",
-                hint="Exact input lengths need the server's /tokenize endpoint (vLLM's OpenAI server has it).",
-            )
-        return int(response.json()["count"])
+    async def count(self, messages: Messages) -> int:
+        return await self.counter.count(messages)
 
     async def overhead(self) -> int:
         """Tokens the chat template adds around a one-word user message, minus that word."""

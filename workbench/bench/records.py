@@ -68,6 +68,7 @@ class RequestRecord:
     first_chunk_tokens: int | None = None
     error: str | None = None
     target_input_tokens: int | None = None
+    queued_ns: int | None = None  # when the client began the request (start_ns: when its bytes were sent)
 
     def add_event(self, at_ns: int, kind: ChunkKind) -> None:
         self.event_ns.append(at_ns)
@@ -136,6 +137,11 @@ class RequestRecord:
         if not ttft or self.prompt_tokens is None:
             return None
         return self.prompt_tokens * NS_PER_S / ttft
+
+    @property
+    def send_delay_ns(self) -> int | None:
+        """The client's own delay between beginning the request and sending it."""
+        return None if self.queued_ns is None else self.start_ns - self.queued_ns
 
     def chunk_gaps_ns(self) -> list[int]:
         times = self.token_chunk_ns()

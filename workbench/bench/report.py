@@ -10,6 +10,7 @@ import time
 from typing import IO
 
 from workbench.bench.config import BenchProgress
+from workbench.bench.goodput import describe_slos
 from workbench.bench.results import BenchResult, SweepResult, compare_results
 from workbench.bench.summary import Distribution
 
@@ -88,10 +89,19 @@ def format_result(result: BenchResult) -> str:
     c, s = result.config, result.summary
     load = f"concurrency {c.concurrency}" if c.request_rate is None else f"{c.request_rate} req/s (max {c.concurrency} in flight)"
     bound = f"{c.requests} requests" if c.requests is not None else f"{c.duration_s} s"
-    lines = [
-        f"Benchmark of {result.model} at {c.url}" + (f"  (preset {c.preset})" if c.preset else ""),
+    lines = [f"Benchmark of {result.model} at {c.url}  ({c.shape_label})"]
+    if result.partial is not None:
+        lines.append(f"PARTIAL RESULT: {result.partial}; what was measured before that is below")
+    lines += [
         f"shape: {c.input_tokens} input tokens, {c.output_tokens} output tokens (ignore_eos), {load}, "
         f"{bound}, {result.warmup} warm-up not counted, reasoning {'on' if c.reasoning else 'off'}",
+    ]
+    if result.input_lengths_from:
+        lines.append(f"input lengths counted by {result.input_lengths_from}")
+    if result.client_lag is not None:
+        lines.append(result.client_lag.describe())
+    lines += [f"note: {note}" for note in result.notes]
+    lines += [
         "",
         f"requests {s.requests}   succeeded {s.succeeded}   errors {s.errors}   duration {_fmt(s.duration_s)} s",
         f"request throughput {_fmt(s.request_throughput, 3)} req/s   output {_fmt(s.output_tok_s)} tok/s   "
@@ -103,12 +113,19 @@ def format_result(result: BenchResult) -> str:
         lines.append(f"WARNING: {result.input_length_mismatches} requests had an input length other than {c.input_tokens}")
     for message in s.error_messages:
         lines.append(f"error: {message}")
+    if s.goodput is not None:
+        g = s.goodput
+        fraction = "-" if g.good_fraction is None else f"{g.good_fraction * 100:.1f} %"
+        lines.append(f"goodput {_fmt(g.goodput_req_s, 3)} req/s: {g.good_requests} of {g.requests} requests "
+                     f"({fraction}) met every SLO ({describe_slos(g.slos)})")
     lines += ["", f"{'':<24}{'unit':>7}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'min':>10}{'max':>10}"]
     for title, name in _ROWS:
         d: Distribution = getattr(s, name)
         cells = [d.mean, d.p50, d.p90, d.p99, d.min, d.max]
         lines.append(f"{title:<24}{d.unit:>7}" + "".join(f"{_fmt(v):>10}" for v in cells))
     counters = result.server_counters
+    if counters is None and result.counters_problem:
+        lines += ["", f"server /metrics: no counters ({result.counters_problem})"]
     if counters is not None:
         lines += ["", "server /metrics over the run:"]
         lines.append(
@@ -123,7 +140,7 @@ def format_result(result: BenchResult) -> str:
         r = result.reference
         lines += [
             "",
-            f"For reference, NOT measured here — {r['source']}: {r['hardware']}, {r['benchmark']}, "
+            f"For reference, NOT measured here — from {r['source']}: {r['hardware']}, {r['benchmark']}, "
             f"{r['server']}, measured {r['measured']}:",
             f"  prefill {r['prefill_tok_s_per_user']:,.0f} tok/s per user   decode {r['decode_tok_s_per_user']} tok/s per user   "
             f"E2E {r['e2e_mean_s']} s mean",
@@ -150,14 +167,28 @@ def format_comparison(a: BenchResult, b: BenchResult) -> str:
 
 
 def format_sweep(sweep: SweepResult) -> str:
-    lines = [f"{'concurrency':>11}{'req/s':>9}{'out tok/s':>11}{'TTFT p50':>10}{'TTFT p99':>10}"
-             f"{'TPOT p50':>10}{'decode/user':>12}{'errors':>8}"]
+    goodput = any(r.summary.goodput is not None for r in sweep.levels)
+    lines = []
+    if sweep.partial is not None:
+        lines.append(f"PARTIAL SWEEP: {sweep.partial}")
+    lines.append(f"{'concurrency':>11}{'req/s':>9}{'out tok/s':>11}{'TTFT p50':>10}{'TTFT p99':>10}"
+                 f"{'TPOT p50':>10}{'decode/user':>12}{'errors':>8}" + (f"{'goodput':>9}{'good %':>8}" if goodput else "")
+                 + "  client lag p99")
     for row in sweep.plot_rows():
+        lag = row["client_lag_p99_ms"]
+        verdict = "-" if lag is None else f"{lag:.1f} ms" + ("  CLIENT-BOUND" if row["client_bound"] else "")
+        good = ""
+        if goodput:
+            fraction = row["good_fraction"]
+            good = f"{_fmt(row['goodput_req_s'], 3):>9}{'-' if fraction is None else f'{fraction * 100:.0f}':>8}"
         lines.append(
             f"{row['concurrency']:>11}{_fmt(row['request_throughput'], 3):>9}{_fmt(row['output_tok_s']):>11}"
             f"{_fmt(row['ttft_ms_p50']):>10}{_fmt(row['ttft_ms_p99']):>10}{_fmt(row['tpot_ms_p50']):>10}"
-            f"{_fmt(row['decode_tok_s_per_user_mean']):>12}{row['errors']:>8}"
+            f"{_fmt(row['decode_tok_s_per_user_mean']):>12}{row['errors']:>8}{good}  {verdict}"
+            + ("  partial" if row["partial"] else "")
         )
+    if any(r.client_bound for r in sweep.levels):
+        lines.append("CLIENT-BOUND levels: the load generator lagged, so their latencies include its own queueing.")
     return "\n".join(lines)
 
 

@@ -2,23 +2,27 @@
 
 The data model owns its files (no report module is needed to save one), so the
 runner, the report and the views all depend on this module and not on each other.
+Saving never overwrites: an existing <stem>.json makes the new files <stem>-2.*,
+<stem>-3.* and so on; `check_output_dir` says before a run whether it can write.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench import __version__
 from workbench.bench.config import BenchConfig
+from workbench.bench.lag import ClientLag
 from workbench.bench.records import RequestRecord
 from workbench.bench.summary import DEFINITIONS, Distribution, ServerCounters, Summary
 from workbench.errors import WorkbenchError
 
-__all__ = ["BenchResult", "SweepResult", "compare_results", "load_result"]
+__all__ = ["BenchResult", "SweepResult", "check_output_dir", "compare_results", "free_stem", "load_result"]
 
 
 @dataclass
@@ -35,10 +39,19 @@ class BenchResult:
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
     reference: dict[str, Any] | None = None
     workbench_version: str = __version__
+    client_lag: ClientLag | None = None
+    partial: str | None = None  # why the run ended early; None = it ran to its end
+    counters_problem: str | None = None  # why the server counters are missing
+    input_lengths_from: str | None = None  # who counted the prompts' tokens
+    notes: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return self.config.label or f"{self.model} @ {self.config.url}"
+
+    @property
+    def client_bound(self) -> bool:
+        return self.client_lag is not None and self.client_lag.client_bound
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +66,12 @@ class BenchResult:
             "definitions": self.definitions,
             "reference": self.reference,
             "workbench_version": self.workbench_version,
+            "partial": self.partial,
+            "client_lag": None if self.client_lag is None else self.client_lag.to_dict(),
+            "client_bound": self.client_bound,
+            "counters_problem": self.counters_problem,
+            "input_lengths_from": self.input_lengths_from,
+            "notes": self.notes,
             "records": [r.to_dict() for r in self.records],
         }
 
@@ -72,11 +91,18 @@ class BenchResult:
             definitions=data.get("definitions", dict(DEFINITIONS)),
             reference=data.get("reference"),
             workbench_version=data.get("workbench_version", "?"),
+            client_lag=None if data.get("client_lag") is None else ClientLag.from_dict(data["client_lag"]),
+            partial=data.get("partial"),
+            counters_problem=data.get("counters_problem"),
+            input_lengths_from=data.get("input_lengths_from"),
+            notes=list(data.get("notes") or []),
         )
 
     def save(self, directory: Path | str, stem: str = "bench") -> dict[str, Path]:
-        """Write <stem>.json (everything), <stem>-requests.csv and <stem>-summary.csv."""
-        return write_result_files(self, Path(directory), stem)
+        """Write <stem>.json (everything), <stem>-requests.csv, <stem>-summary.csv and
+        <stem>-figures.html; a stem already used gets a number, nothing is overwritten."""
+        directory = Path(directory)
+        return write_result_files(self, directory, free_stem(directory, stem))
 
 
 @dataclass
@@ -84,17 +110,36 @@ class SweepResult:
     """One BenchResult per concurrency level, same shape."""
 
     levels: list[BenchResult]
+    planned: list[int] = field(default_factory=list)  # the concurrencies asked for
+
+    @property
+    def partial(self) -> str | None:
+        """Why the sweep ended before its last level, if it did."""
+        for result in self.levels:
+            if result.partial is not None:
+                missing = [c for c in self.planned if c not in {r.config.concurrency for r in self.levels}]
+                rest = f"; levels {', '.join(map(str, missing))} not run" if missing else ""
+                return f"concurrency {result.config.concurrency}: {result.partial}{rest}"
+        return None
 
     def plot_rows(self) -> list[dict[str, Any]]:
         """Throughput vs concurrency and latency percentiles: one flat row per level."""
         rows = []
         for result in self.levels:
             s = result.summary
+            lag = result.client_lag
+            goodput = s.goodput
             rows.append(
                 {
                     "concurrency": result.config.concurrency,
                     "requests": s.requests,
                     "errors": s.errors,
+                    "partial": result.partial is not None,
+                    "client_bound": result.client_bound,
+                    "client_lag_p99_ms": None if lag is None else lag.p99_ms,
+                    "client_cpu_percent": None if lag is None else lag.cpu_percent,
+                    "good_fraction": None if goodput is None else goodput.good_fraction,
+                    "goodput_req_s": None if goodput is None else goodput.goodput_req_s,
                     "request_throughput": s.request_throughput,
                     "output_tok_s": s.output_tok_s,
                     "total_tok_s": s.total_tok_s,
@@ -108,14 +153,43 @@ class SweepResult:
         return rows
 
     def to_dict(self) -> dict[str, Any]:
-        return {"levels": [r.to_dict() for r in self.levels], "plot_rows": self.plot_rows()}
+        return {"levels": [r.to_dict() for r in self.levels], "planned": self.planned, "partial": self.partial,
+                "plot_rows": self.plot_rows()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepResult:
-        return cls([BenchResult.from_dict(r) for r in data["levels"]])
+        return cls([BenchResult.from_dict(r) for r in data["levels"]], list(data.get("planned") or []))
 
     def save(self, directory: Path | str, stem: str = "sweep") -> dict[str, Path]:
-        return write_sweep_files(self, Path(directory), stem)
+        directory = Path(directory)
+        return write_sweep_files(self, directory, free_stem(directory, stem))
+
+
+def free_stem(directory: Path, stem: str) -> str:
+    """`stem`, or stem-2, stem-3, ... : the first whose files do not exist yet."""
+    candidate, n = stem, 1
+    while any(directory.glob(f"{candidate}.*")) or any(directory.glob(f"{candidate}-*.*")):
+        n += 1
+        candidate = f"{stem}-{n}"
+    return candidate
+
+
+def check_output_dir(directory: Path | str) -> Path:
+    """Create `directory` if needed and prove it is writable, before a run is spent."""
+    directory = Path(directory)
+    hint = "Pass --output-dir to a folder you can write to."
+    if directory.exists() and not directory.is_dir():
+        raise WorkbenchError(f"--output-dir {directory} is a file, not a folder.", hint=hint)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise WorkbenchError(f"Cannot write results to {directory}: {exc.strerror or exc}.", hint=hint) from exc
+    return directory
+
+
 def load_result(path: Path | str) -> BenchResult:
     """A result saved by BenchResult.save (its .json file)."""
     path = Path(path)
@@ -170,6 +244,12 @@ def _summary_rows(result: BenchResult) -> list[dict[str, Any]]:
     for name in ("requests", "succeeded", "errors", "duration_s", "input_tokens", "output_tokens",
                  "reasoning_tokens", "request_throughput", "output_tok_s", "total_tok_s"):
         rows.append({"metric": name, "mean": getattr(s, name)})
+    if s.goodput is not None:
+        rows.append({"metric": "good_fraction", "mean": s.goodput.good_fraction})
+        rows.append({"metric": "goodput_req_s", "mean": s.goodput.goodput_req_s})
+    if result.client_lag is not None:
+        rows.append({"metric": "client_lag_p99_ms", "mean": result.client_lag.p99_ms})
+        rows.append({"metric": "client_bound", "mean": result.client_bound})
     if result.server_counters is not None:
         for name, value in result.server_counters.to_dict().items():
             rows.append({"metric": f"server_{name}", "mean": value})
@@ -196,6 +276,7 @@ def write_result_files(result: BenchResult, directory: Path, stem: str = "bench"
     paths["json"].write_text(json.dumps(result.to_dict(), indent=1))
     _write_csv(paths["requests_csv"], [r.flat_row() for r in result.records])
     _write_csv(paths["summary_csv"], _summary_rows(result))
+    paths["figures_html"] = _write_figures(directory / f"{stem}-figures.html", [result])
     return paths
 
 
@@ -204,5 +285,14 @@ def write_sweep_files(sweep: SweepResult, directory: Path, stem: str = "sweep") 
     paths = {"json": directory / f"{stem}.json", "csv": directory / f"{stem}.csv"}
     paths["json"].write_text(json.dumps(sweep.to_dict(), indent=1))
     _write_csv(paths["csv"], sweep.plot_rows())
+    paths["figures_html"] = _write_figures(directory / f"{stem}-figures.html", sweep.levels)
     for result in sweep.levels:
-        result.save(directory, f"{stem}-c{result.config.concurrency}")
+        write_result_files(result, directory, f"{stem}-c{result.config.concurrency}")
+    return paths
+
+
+def _write_figures(path: Path, levels: list[BenchResult]) -> Path:
+    from workbench.bench.figures import figures_html
+
+    path.write_text(figures_html(levels))
+    return path

@@ -1,10 +1,15 @@
-"""Run a benchmark against a running vLLM server.
+"""Run a benchmark against a running OpenAI-compatible server (vLLM, trtllm-serve).
 
-A run: read the model from GET /v1/models, build one prompt of exactly
-`input_tokens` chat-formatted tokens per request (the server's /tokenize counts
-them), send warm-up requests (not counted), snapshot /metrics, send the measured
-load (concurrency N or a request rate; a request count or a duration), snapshot
+A run: read the model from GET /v1/models (or take --model), build one prompt of
+exactly `input_tokens` chat-formatted tokens per request (the server's /tokenize
+counts them, or the model's own tokenizer where there is none), send warm-up
+requests (not counted), open one connection per stream, snapshot /metrics, send
+the measured load while a probe times the client's own event-loop lag, snapshot
 /metrics again, and summarize (see workbench.bench.summary.DEFINITIONS).
+
+Nothing measured is lost: a request that fails is counted with its message; a bad
+/metrics answer loses only the counters; an interrupted run (Ctrl-C, the server
+gone) returns what it measured, marked partial.
 
 One async core (`run_benchmark_async`), a thin sync wrapper (`run_benchmark`)
 that also works inside a running event loop (Jupyter).
@@ -14,18 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import random
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import httpx
+import aiohttp
 
-from workbench.bench.client import counter_deltas, fetch_counters, fetch_model, stream_request
+from workbench.bench.client import counter_deltas, fetch_counters, fetch_model, open_connections, open_session
 from workbench.bench.config import BenchConfig, BenchPhase, BenchProgress, ProgressCallback, check_fits, reference_for
-from workbench.bench.prompts import Prompt, PromptBuilder
+from workbench.bench.lag import LagProbe
+from workbench.bench.load import send_load
+from workbench.bench.prompts import Prompt, PromptBuilder, choose_counter
 from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult, SweepResult
 from workbench.bench.summary import summarize
@@ -33,6 +40,8 @@ from workbench.errors import WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
 
 __all__ = ["request_body", "run_benchmark", "run_benchmark_async", "run_sweep"]
+
+StopCheck = Callable[[], bool]
 
 
 def request_body(config: BenchConfig, model: str, prompt: Prompt) -> dict[str, Any]:
@@ -59,7 +68,8 @@ class _Reporter:
         self.phase_started = time.monotonic()
         self.emit(phase, 0, total, message=message)
 
-    def emit(self, phase: BenchPhase, done: int, total: int | None, errors: int = 0, tokens: int = 0, message: str = "") -> None:
+    def emit(self, phase: BenchPhase, done: int, total: int | None, errors: int = 0, tokens: int = 0,
+             message: str = "") -> None:
         if self.callback is not None:
             elapsed = time.monotonic() - self.phase_started
             self.callback(BenchProgress(phase, done, total, errors, elapsed, tokens, message))
@@ -87,103 +97,53 @@ class _PromptSource:
         return prompt if prompt is not None else await self.builder.build(index)
 
 
-async def _send_load(
-    config: BenchConfig,
-    client: httpx.AsyncClient,
-    url: str,
-    model: str,
-    prompts: _PromptSource,
-    first_index: int,
-    count: int | None,
-    duration_s: float | None,
-    concurrency: int,
-    rate: float | None,
-    on_record: Callable[[RequestRecord], None],
-) -> list[RequestRecord]:
-    """Closed loop (N workers) or open loop (Poisson arrivals, at most N in flight)."""
-    records: list[RequestRecord] = []
-    deadline = None if duration_s is None else time.monotonic() + duration_s
-    next_index = first_index
-    end_index = None if count is None else first_index + count
-
-    def take() -> int | None:
-        nonlocal next_index
-        if end_index is not None and next_index >= end_index:
-            return None
-        if deadline is not None and time.monotonic() >= deadline:
-            return None
-        next_index += 1
-        return next_index - 1
-
-    async def one(index: int) -> None:
-        prompt = await prompts.get(index)
-        record = await stream_request(client, url, request_body(config, model, prompt), index, prompt.input_tokens)
-        records.append(record)
-        on_record(record)
-
-    if rate is None:
-
-        async def worker() -> None:
-            while (index := take()) is not None:
-                await one(index)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    else:
-        rng = random.Random(config.seed)
-        gate = asyncio.Semaphore(concurrency)
-        tasks = []
-        next_at = time.monotonic()
-
-        async def gated(index: int) -> None:
-            try:
-                await one(index)
-            finally:
-                gate.release()
-
-        while (index := take()) is not None:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            await gate.acquire()
-            tasks.append(asyncio.create_task(gated(index)))
-            next_at += rng.expovariate(rate)
-        await asyncio.gather(*tasks)
-    records.sort(key=lambda r: r.index)
-    return records
-
-
-async def _counters_after(client: httpx.AsyncClient, url: str, before: Snapshot | None,
-                          expected_output: int) -> Snapshot | None:
+async def _counters_after(session: aiohttp.ClientSession, url: str, before: Snapshot | None,
+                          expected_output: int) -> tuple[Snapshot | None, str | None]:
     """/metrics after the run; vLLM may publish the last iteration's counts a moment late."""
-    after = await fetch_counters(client, url)
+    after, problem = await fetch_counters(session, url)
     for _ in range(20):
         if before is None or after is None:
-            return after
+            return after, problem
         if (after.total(GENERATION_TOKENS) or 0.0) - (before.total(GENERATION_TOKENS) or 0.0) >= expected_output:
-            return after
+            return after, problem
         await asyncio.sleep(0.1)
-        after = await fetch_counters(client, url)
-    return after
+        after, problem = await fetch_counters(session, url)
+    return after, problem
 
 
-async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | None = None) -> BenchResult:
+async def _model(config: BenchConfig, session: aiohttp.ClientSession, notes: list[str]) -> tuple[str, int | None]:
+    if config.model is None:
+        return await fetch_model(session, config.url)
+    try:
+        served, max_model_len = await fetch_model(session, config.url)
+    except WorkbenchError as exc:
+        notes.append(f"/v1/models was not usable ({exc.message}); benchmarked --model {config.model}")
+        return config.model, None
+    return config.model, max_model_len if served == config.model else None
+
+
+async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | None = None,
+                              should_stop: StopCheck | None = None) -> BenchResult:
     reporter = _Reporter(progress)
     reporter.start("connecting", None, f"reading the model from {config.url}/v1/models")
-    concurrency = config.concurrency if config.request_rate is None else max(config.concurrency, 1)
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    timeout = httpx.Timeout(config.timeout_s, connect=10.0)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        model, max_model_len = await fetch_model(client, config.url)
+    concurrency = config.concurrency
+    notes: list[str] = []
+    async with open_session(concurrency, config.timeout_s) as session:
+        model, max_model_len = await _model(config, session, notes)
         check_fits(config, max_model_len)
-        builder = PromptBuilder(
-            client, config.url, model, config.input_tokens, {"enable_thinking": config.reasoning}, config.seed
-        )
-        prompts = _PromptSource(builder)
+        template_kwargs = {"enable_thinking": config.reasoning}
+        counter = await choose_counter(session, config.url, model, config.tokenizer, template_kwargs)
+        prompts = _PromptSource(PromptBuilder(counter, config.input_tokens, config.seed))
         ahead = config.requests if config.requests is not None else concurrency * 4
         total_prepared = config.warmup_requests + ahead
-        reporter.start("preparing", total_prepared, f"building {total_prepared} prompts of {config.input_tokens} tokens")
-        await prompts.prepare(
-            range(total_prepared), lambda done: reporter.emit("preparing", done, total_prepared)
-        )
+        reporter.start("preparing", total_prepared,
+                       f"building {total_prepared} prompts of {config.input_tokens} tokens ({counter.source})")
+        await prompts.prepare(range(total_prepared), lambda done: reporter.emit("preparing", done, total_prepared))
         chat_url = f"{config.url}/v1/chat/completions"
+
+        async def payload(index: int) -> tuple[bytes, int | None]:
+            prompt = await prompts.get(index)
+            return json.dumps(request_body(config, model, prompt)).encode(), prompt.input_tokens
 
         if config.warmup_requests:
             reporter.start("warmup", config.warmup_requests)
@@ -194,19 +154,22 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
                 errors = sum(1 for r in warm_done if not r.ok)
                 reporter.emit("warmup", len(warm_done), config.warmup_requests, errors)
 
-            warm = await _send_load(
-                config, client, chat_url, model, prompts, 0, config.warmup_requests, None,
-                min(concurrency, config.warmup_requests), None, on_warm,
-            )
-            if not any(r.ok for r in warm):
+            warm = await send_load(session, chat_url, payload, 0, config.warmup_requests, None,
+                                   min(concurrency, config.warmup_requests), None, config.seed, on_warm, should_stop)
+            if warm.stopped is not None:
+                raise WorkbenchError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
+                                     hint="Check that the server is up (its log), then run again.")
+            if not any(r.ok for r in warm.records):
                 raise WorkbenchError(
-                    f"Every warm-up request failed; the first said: {warm[0].error}",
+                    f"Every warm-up request failed; the first said: {warm.records[0].error}",
                     hint="Check the server log; the server may be overloaded or reject these settings.",
                 )
 
-        before = await fetch_counters(client, config.url)
+        # One pooled connection per stream, opened just before the window (not inside it).
+        opened = await open_connections(session, config.url, concurrency)
+        before, before_problem = await fetch_counters(session, config.url)
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        reporter.start("running", config.requests)
+        reporter.start("running", config.requests, f"{opened} connections open")
         done: list[RequestRecord] = []
         tokens = 0
 
@@ -217,15 +180,24 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
             errors = sum(1 for r in done if not r.ok)
             reporter.emit("running", len(done), config.requests, errors, tokens)
 
-        records = await _send_load(
-            config, client, chat_url, model, prompts, config.warmup_requests, config.requests,
-            config.duration_s, concurrency, config.request_rate, on_record,
-        )
-        summary = summarize(records)
-        after = await _counters_after(client, config.url, before, summary.output_tokens)
+        async with LagProbe() as probe:
+            outcome = await send_load(session, chat_url, payload, config.warmup_requests, config.requests,
+                                      config.duration_s, concurrency, config.request_rate, config.seed, on_record,
+                                      should_stop)
+        lag = probe.stop()
+        records = outcome.records
+        summary = summarize(records, config.goodput)
+        if outcome.stopped and outcome.stopped.startswith("the server"):
+            after, after_problem = None, "not read: the server stopped answering"
+        else:
+            after, after_problem = await _counters_after(session, config.url, before, summary.output_tokens)
     mismatches = sum(
         1 for r in records if r.ok and r.target_input_tokens is not None and r.prompt_tokens != r.target_input_tokens
     )
+    partial = None
+    if outcome.stopped is not None:
+        partial = outcome.stopped + (f"; {outcome.in_flight_dropped} requests in flight were dropped"
+                                     if outcome.in_flight_dropped else "")
     result = BenchResult(
         config=config,
         model=model,
@@ -237,8 +209,14 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         server_counters=counter_deltas(before, after),
         input_length_mismatches=mismatches,
         reference=reference_for(config, model),
+        client_lag=lag,
+        partial=partial,
+        counters_problem=before_problem or after_problem,
+        input_lengths_from=counter.source,
+        notes=notes,
     )
-    reporter.emit("done", len(records), config.requests, summary.errors, summary.output_tokens)
+    reporter.emit("done", len(records), config.requests, summary.errors, summary.output_tokens,
+                  message="" if partial is None else f"partial: {partial}")
     return result
 
 
@@ -264,9 +242,14 @@ def _run_sync(coro_factory: Callable[[], Any]) -> Any:
     return box["value"]
 
 
-def run_benchmark(config: BenchConfig, progress: ProgressCallback | None = None) -> BenchResult:
-    """Run one benchmark and return its result; `progress` is called as it goes."""
-    return _run_sync(lambda: run_benchmark_async(config, progress))
+def run_benchmark(config: BenchConfig, progress: ProgressCallback | None = None,
+                  should_stop: StopCheck | None = None) -> BenchResult:
+    """Run one benchmark and return its result; `progress` is called as it goes.
+
+    Ctrl-C (or `should_stop()` turning True) ends the load early: the result then
+    holds what was measured, with `partial` saying why.
+    """
+    return _run_sync(lambda: run_benchmark_async(config, progress, should_stop))  # type: ignore[no-any-return]
 
 
 def run_sweep(
@@ -274,12 +257,19 @@ def run_sweep(
     concurrencies: Sequence[int],
     progress: ProgressCallback | None = None,
     requests_per_user: int = 4,
+    should_stop: StopCheck | None = None,
 ) -> SweepResult:
-    """The same shape at each concurrency; each level sends max(requests, 4 x concurrency) requests."""
+    """The same shape at each concurrency; each level sends max(requests, 4 x concurrency) requests.
+
+    A level that ends partial (interrupted, the server gone) ends the sweep: the
+    levels so far are the result.
+    """
     levels = []
     for concurrency in concurrencies:
         requests = None if config.requests is None else max(config.requests, requests_per_user * concurrency)
         level = replace(config, concurrency=concurrency, requests=requests, label=f"concurrency {concurrency}")
-        levels.append(run_benchmark(level, progress))
-    return SweepResult(levels)
-
+        result = run_benchmark(level, progress, should_stop)
+        levels.append(result)
+        if result.partial is not None:
+            break
+    return SweepResult(levels, planned=list(concurrencies))

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from workbench.bench.records import NS_PER_MS, NS_PER_S, RequestRecord
 from workbench.metrics.figures import acceptance_rate, mean_acceptance_length
+
+if TYPE_CHECKING:
+    from workbench.bench.goodput import Goodput
 
 __all__ = ["DEFINITIONS", "PERCENTILES", "Distribution", "ServerCounters", "Summary", "percentile", "summarize"]
 
@@ -22,7 +25,8 @@ PERCENTILES = (50, 90, 99)
 DEFINITIONS: dict[str, str] = {
     "token chunk": "an SSE event whose delta has non-empty content, reasoning/reasoning_content "
     "or tool_calls; role-only, usage-only (choices: []) and [DONE] events are not token chunks",
-    "start": "time.monotonic_ns() just before the POST is sent",
+    "start": "time.monotonic_ns() when the POST's bytes are handed to the socket (after the client's own "
+    "request preparation, whose length is reported as the client's send delay)",
     "TTFT": "first token chunk - start (reasoning counts)",
     "TTFO": "first content or tool-call chunk - start (time to first output, after reasoning)",
     "E2E": "last token chunk - start (aiperf's request latency)",
@@ -43,6 +47,10 @@ DEFINITIONS: dict[str, str] = {
     "output tok/s": "sum of output tokens / duration",
     "total tok/s": "sum of input + output tokens / duration",
     "percentiles": "linear interpolation between closest ranks (numpy's default, as aiperf)",
+    "goodput": "requests that succeeded and met every SLO given (--goodput; times at most, per-user rates "
+    "at least the objective) / duration, in requests/s; good fraction = good / all requests sent (aiperf's)",
+    "client lag": "how late a 10 ms timer on the client's event loop fires during the run; p99 over 10 ms "
+    "(or a whole core of client CPU) marks the run client-bound",
     "server counters": "deltas of the server's /metrics counters over the measured run "
     "(warm-up excluded); spec-decode acceptance rate = accepted / draft tokens, "
     "mean acceptance length = 1 + accepted / drafts",
@@ -140,6 +148,7 @@ class Summary:
     prefill_tok_s_per_user: Distribution
     input_tokens_per_request: Distribution
     output_tokens_per_request: Distribution
+    goodput: Goodput | None = field(default=None)
 
     DISTRIBUTIONS = (
         "ttft_ms",
@@ -158,13 +167,16 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Summary:
+        from workbench.bench.goodput import Goodput
+
         values = dict(data)
         for name in cls.DISTRIBUTIONS:
             values[name] = Distribution(**data[name])
+        values["goodput"] = None if data.get("goodput") is None else Goodput.from_dict(data["goodput"])
         return cls(**{k: values[k] for k in cls.__dataclass_fields__})
 
 
-def summarize(records: Sequence[RequestRecord]) -> Summary:
+def summarize(records: Sequence[RequestRecord], slos: dict[str, float] | None = None) -> Summary:
     """Every figure of a run from its records (warm-up requests are not passed in)."""
     good = [r for r in records if r.ok]
     starts = [r.start_ns for r in records if r.ok]
@@ -177,12 +189,18 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
         return None if not duration_ns else amount * NS_PER_S / duration_ns
 
     errors = [r for r in records if not r.ok]
+    duration_s = None if duration_ns is None else duration_ns / NS_PER_S
+    goodput = None
+    if slos:
+        from workbench.bench.goodput import compute_goodput
+
+        goodput = compute_goodput(records, slos, duration_s)
     return Summary(
         requests=len(records),
         succeeded=len(good),
         errors=len(errors),
         error_messages=sorted({r.error or "no token chunk received" for r in errors})[:10],
-        duration_s=None if duration_ns is None else duration_ns / NS_PER_S,
+        duration_s=duration_s,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         reasoning_tokens=sum(r.reasoning_tokens or 0 for r in good),
@@ -198,6 +216,7 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
         prefill_tok_s_per_user=Distribution.of((r.prefill_tok_s for r in good), "tok/s"),
         input_tokens_per_request=Distribution.of((r.prompt_tokens for r in good), "tokens"),
         output_tokens_per_request=Distribution.of((r.completion_tokens for r in good), "tokens"),
+        goodput=goodput,
     )
 
 

@@ -4,7 +4,13 @@
     python -m workbench bench --preset speed-bench --isl 2048
     python -m workbench bench --preset sweep --max-concurrency 8
     python -m workbench bench --url http://A:8000 --url http://B:8000 --preset smoke
+    python -m workbench bench --url http://127.0.0.1:8000 --goodput "ttft:500 tpot:30"
+    python -m workbench bench --url http://127.0.0.1:8000 --tokenizer ./model-dir   # no /tokenize (trtllm-serve)
     python -m workbench bench compare A/bench.json B/bench.json
+
+Nothing measured is lost: Ctrl-C (or the server going away) ends the load and
+writes what was measured, marked partial (exit 130 / 1); --output-dir is checked
+before the run, and an existing result there is never overwritten.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from workbench.bench import (
     run_sweep,
     sweep_levels,
 )
+from workbench.bench.goodput import parse_goodput
 from workbench.bench.report import TerminalProgress, format_comparison, format_result, format_sweep
+from workbench.bench.results import check_output_dir
 from workbench.errors import WorkbenchError
 from workbench.server import resolve_server_url
 
@@ -52,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--reasoning", choices=("on", "off"), help="chat_template_kwargs.enable_thinking (default off)")
     parser.add_argument("--max-concurrency", type=int, help="highest level of the sweep preset")
     parser.add_argument("--seed", type=int, help="seed of the synthetic prompts")
+    parser.add_argument("--goodput", nargs="+", metavar="KEY:VALUE",
+                        help="SLOs for goodput, e.g. --goodput ttft:500 tpot:30 (ms; also e2el, ttfo, and aiperf's "
+                        "tags such as time_to_first_token, inter_token_latency, output_token_throughput_per_user)")
+    parser.add_argument("--tokenizer", help="count input tokens with this tokenizer (a folder, or a model id in the "
+                        "Hugging Face cache) instead of the server's /tokenize; needed for trtllm-serve")
+    parser.add_argument("--model", help="the served model name (default: the first one /v1/models lists)")
     parser.add_argument("--output-dir", type=Path, help="where JSON/CSV go (default bench-results/<time>-<preset>)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=bench_command)
@@ -79,6 +93,9 @@ def _config(args: argparse.Namespace, url: str) -> BenchConfig:
         reasoning=None if args.reasoning is None else args.reasoning == "on",
         seed=args.seed,
         label=url,
+        goodput=parse_goodput(args.goodput),
+        tokenizer=args.tokenizer,
+        model=args.model,
     )
 
 
@@ -93,7 +110,9 @@ def bench_command(args: argparse.Namespace) -> int:
     if len(urls) > 2:
         raise WorkbenchError("Give at most two --url values (two configurations to compare).")
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = args.output_dir or Path("bench-results") / f"{stamp}-{args.preset or 'smoke'}"
+    out = check_output_dir(args.output_dir or Path("bench-results") / f"{stamp}-{args.preset or 'smoke'}")
+    for url in urls:
+        _config(args, url)  # every setting checked before anything is sent
     progress = None if args.quiet else TerminalProgress(sys.stderr)
     try:
         return _run(args, urls, out, progress)
@@ -112,8 +131,9 @@ def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: Termina
             print(file=sys.stderr)
         print(format_sweep(sweep))
         paths = sweep.save(out)
-        print(f"\nwrote {paths['json']} and {paths['csv']} (one row per concurrency, ready to plot)")
-        return 0 if all(r.summary.errors == 0 for r in sweep.levels) else 1
+        print(f"\nwrote {paths['json']} and {paths['csv']} (one row per concurrency, ready to plot), "
+              f"figures in {paths['figures_html']}")
+        return _exit_code([r.summary.errors for r in sweep.levels], sweep.partial)
     results = []
     for i, url in enumerate(urls):
         result = run_benchmark(_config(args, url), progress)
@@ -122,11 +142,22 @@ def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: Termina
         print(format_result(result))
         stem = "bench" if len(urls) == 1 else f"bench-{'ab'[i]}"
         paths = result.save(out, stem)
-        print(f"\nwrote {paths['json']}, {paths['requests_csv']}, {paths['summary_csv']}\n")
+        print(f"\nwrote {paths['json']}, {paths['requests_csv']}, {paths['summary_csv']}, "
+              f"{paths['figures_html']}\n")
         results.append(result)
+        if result.partial is not None:
+            break  # interrupted: do not start the next server's run
     if len(results) == 2:
         print(format_comparison(*results))
-    return 0 if all(r.summary.errors == 0 for r in results) else 1
+    partial = next((r.partial for r in results if r.partial is not None), None)
+    return _exit_code([r.summary.errors for r in results], partial)
+
+
+def _exit_code(errors: list[int], partial: str | None) -> int:
+    if partial is not None:
+        print(f"PARTIAL: {partial}; the measured part was written above.", file=sys.stderr)
+        return 130 if partial.startswith("interrupted") else 1
+    return 0 if all(e == 0 for e in errors) else 1
 
 
 def bench_compare_command(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@
 None talks HTTP to vLLM or redoes the core's work; every view owns its state.
 """
 
-from workbench.notebook.bench_view import BenchView, bench_table, reference_table
+from workbench.notebook.bench_view import BenchView, bench_figures, bench_table, reference_table
 from workbench.notebook.chat_view import ChatView
 from workbench.notebook.checks import checks_table
 from workbench.notebook.recipe_picker import RecipePicker
@@ -25,6 +25,7 @@ __all__ = [
     "RecipePicker",
     "ServerPanel",
     "ThroughputView",
+    "bench_figures",
     "bench_table",
     "checks_table",
     "ensure_server",

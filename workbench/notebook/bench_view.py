@@ -7,9 +7,15 @@ from typing import Any
 import ipywidgets as W
 
 from workbench.bench import BenchConfig, BenchProgress, BenchResult, run_benchmark
+from workbench.bench.figures import latency_svg, tradeoff_svg
 from workbench.notebook.html import esc, table
 
-__all__ = ["BenchView", "bench_table", "reference_table"]
+__all__ = ["BenchView", "bench_figures", "bench_table", "reference_table"]
+
+
+def bench_figures(levels: list[BenchResult]) -> str:
+    """HTML: the trade-off curve and the grouped latency bars (the ones saved beside the JSON)."""
+    return tradeoff_svg(levels) + "<br>" + latency_svg(levels)
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -26,13 +32,20 @@ def bench_table(result: BenchResult) -> str:
     shape = (f"{c.input_tokens} input / {c.output_tokens} output tokens, concurrency {c.concurrency}, "
              f"{s.requests} requests ({s.succeeded} ok, {s.errors} errors) in {_num(s.duration_s)} s: "
              f"{_num(s.output_tok_s)} output tok/s, {_num(s.request_throughput, 2)} req/s")
-    out = [f"<b>Benchmark of <code>{esc(result.model)}</code></b><br>{esc(shape)}",
-           table(["metric", "unit", "mean", "p50", "p90", "p99", "n"], rows)]
+    out = [f"<b>Benchmark of <code>{esc(result.model)}</code></b> ({esc(c.shape_label)})<br>{esc(shape)}"]
+    if result.partial is not None:
+        out.append(f"<br><b>Partial result:</b> {esc(result.partial)}")
+    if result.client_lag is not None:
+        out.append(f"<br>{esc(result.client_lag.describe())}")
+    if s.goodput is not None and s.goodput.good_fraction is not None:
+        g = s.goodput
+        out.append(f"<br>goodput {_num(g.goodput_req_s, 2)} req/s ({g.good_fraction * 100:.0f} % of requests met every SLO)")
+    out.append(table(["metric", "unit", "mean", "p50", "p90", "p99", "n"], rows))
     return "".join(out)
 
 
 def reference_table(result: BenchResult, reference: dict[str, Any], here: str) -> str:
-    """The model card's DGX Spark figures beside this run's, with both machines named."""
+    """The recipe page's DGX Spark figures beside this run's, with both machines named."""
     s = result.summary
     e2e = None if s.e2e_ms.mean is None else s.e2e_ms.mean / 1000
     rows = [
@@ -45,7 +58,7 @@ def reference_table(result: BenchResult, reference: dict[str, Any], here: str) -
         ["decode tok/s per user", _num(reference["decode_tok_s_per_user"]), _num(s.decode_tok_s_per_user.mean)],
         ["E2E mean, s", _num(reference["e2e_mean_s"], 2), _num(e2e, 2)],
     ]
-    return table(["", f"model card (NVIDIA, {reference['measured']})", "measured here"], rows)
+    return table(["", f"DGX Spark, recipes.vllm.ai notes ({reference['measured']})", "measured here"], rows)
 
 
 class BenchView:
@@ -70,6 +83,6 @@ class BenchView:
 
     def run(self, config: BenchConfig) -> BenchResult:
         result = run_benchmark(config, progress=self.progress)
-        self.result.value = bench_table(result)
+        self.result.value = bench_table(result) + bench_figures([result])
         return result
 

@@ -20,6 +20,8 @@ from workbench.bench import (
     run_sweep,
     sweep_levels,
 )
+from workbench.bench.figures import PERCENTILE_NAMES, figure_rows, latency_rows
+from workbench.bench.goodput import parse_goodput
 from workbench.bench.report import format_result
 from workbench.errors import WorkbenchError
 
@@ -31,33 +33,47 @@ class BenchTab:
     progress: gr.Markdown
     table: gr.Code
     latency_plot: gr.BarPlot
-    sweep_plot: gr.LinePlot
+    sweep_plot: gr.ScatterPlot
     compare: gr.Dataframe
     download: gr.DownloadButton
 
 
-def latency_frame(result: BenchResult | None) -> pd.DataFrame:
-    rows = []
-    if result is not None:
-        s = result.summary
-        for name, dist in (("TTFT", s.ttft_ms), ("TPOT", s.tpot_ms), ("ITL (chunk)", s.itl_ms), ("E2E", s.e2e_ms)):
-            for q in ("p50", "p90", "p99"):
-                value = getattr(dist, q, None)
-                if value is not None:
-                    rows.append({"metric": name, "percentile": q, "ms": value})
+def latency_frame(levels: list[BenchResult] | BenchResult | None) -> pd.DataFrame:
+    """Grouped bars: one bar per (figure, concurrency, percentile), each on its own x slot.
+
+    Gradio's BarPlot stacks bars that share an x value, and E2E contains TTFT, so
+    each bar gets an x category of its own ("TTFT c=4 p90"), coloured by percentile.
+    """
+    if isinstance(levels, BenchResult):
+        levels = [levels]
+    rows = [{"bar": f"{r['figure']} c={r['concurrency']} {r['percentile']}", "percentile": r["percentile"],
+             "ms": r["ms"]} for r in latency_rows(levels or [])]
     # Category columns as object: Gradio's plots do not read pandas' string dtype as categories.
-    return pd.DataFrame(rows, columns=["metric", "percentile", "ms"]).astype(
-        {"metric": object, "percentile": object, "ms": float})
+    return pd.DataFrame(rows, columns=["bar", "percentile", "ms"]).astype(
+        {"bar": object, "percentile": object, "ms": float})
 
 
 def sweep_frame(results: list[BenchResult]) -> pd.DataFrame:
-    rows = [{"concurrency": r.config.concurrency, "value": v, "series": name}
-            for r in results
-            for name, v in (("output tok/s", r.summary.output_tok_s),
-                            ("decode tok/s per user", r.summary.decode_tok_s_per_user.mean))
-            if v is not None]
-    return pd.DataFrame(rows, columns=["concurrency", "value", "series"]).astype(
-        {"concurrency": float, "value": float, "series": object})
+    """The trade-off curve: per-user decode tok/s against total output tok/s, one point per level."""
+    rows = [{"output tok/s": r["output_tok_s"], "decode tok/s per user": r["decode_tok_s_per_user"],
+             "level": (f"c={r['concurrency']} client-bound (lag p99 {r['client_lag_p99_ms']:.0f} ms)"
+                       if r["client_bound"] else f"c={r['concurrency']}")}
+            for r in figure_rows(results)
+            if r["output_tok_s"] is not None and r["decode_tok_s_per_user"] is not None]
+    return pd.DataFrame(rows, columns=["output tok/s", "decode tok/s per user", "level"]).astype(
+        {"output tok/s": float, "decode tok/s per user": float, "level": object})
+
+
+def _whole_number(text: str | None, what: str) -> int | None:
+    """A Textbox's whole number; empty means the preset's value."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise gr.Error(f"{what} must be a whole number, or empty for the preset's value (got {text!r}).",
+                       print_exception=False) from None
 
 
 def _progress_text(p) -> str:
@@ -75,10 +91,14 @@ def create_ui(resolve_url) -> BenchTab:
         with gr.Column(scale=1, min_width=300):
             preset = gr.Dropdown([(f"{k}: {v['description']}", k) for k, v in PRESETS.items()], value="smoke",
                                  label="Preset", elem_id="bench-preset")
-            isl = gr.Number(None, precision=0, label="Input tokens (empty: preset)")
-            osl = gr.Number(None, precision=0, label="Output tokens (empty: preset)")
-            concurrency = gr.Number(None, precision=0, label="Concurrency (empty: preset)")
-            requests = gr.Number(None, precision=0, label="Requests (empty: preset)")
+            # Textboxes, not gr.Number: this Gradio shows a Number without a value as 0, not empty.
+            isl = gr.Textbox("", label="Input tokens (empty: preset)", placeholder="preset", elem_id="bench-isl")
+            osl = gr.Textbox("", label="Output tokens (empty: preset)", placeholder="preset", elem_id="bench-osl")
+            concurrency = gr.Textbox("", label="Concurrency (empty: preset)", placeholder="preset",
+                                     elem_id="bench-concurrency")
+            requests = gr.Textbox("", label="Requests (empty: preset)", placeholder="preset", elem_id="bench-requests")
+            goodput = gr.Textbox("", label="Goodput SLOs (optional)", placeholder="e.g. ttft:500 tpot:30 (ms)",
+                                 elem_id="bench-goodput")
             max_conc = gr.Number(8, precision=0, label="Sweep: max concurrency")
             reasoning = gr.Checkbox(False, label="Reasoning on (enable_thinking)")
             label = gr.Textbox(label="Label for this configuration", placeholder="e.g. no spec decoding")
@@ -88,25 +108,28 @@ def create_ui(resolve_url) -> BenchTab:
             progress = gr.Markdown("*Not run yet.*", elem_id="bench-progress")
             table = gr.Code(label="Result", language=None, lines=22, interactive=False, elem_id="bench-table")
             # No initial value: a plot first drawn from an empty frame never draws its marks.
-            latency_plot = gr.BarPlot(None, x="percentile", y="ms", color="metric",
-                                      title="Latency percentiles (ms)", elem_id="bench-latency", height=240)
-            sweep_plot = gr.LinePlot(None, x="concurrency", y="value", color="series",
-                                     title="Throughput vs concurrency", elem_id="bench-sweep", height=240)
+            latency_plot = gr.BarPlot(None, x="bar", y="ms", color="percentile", color_map=dict(zip(
+                                      PERCENTILE_NAMES, ("#4c78a8", "#f58518", "#b279a2"))), x_label_angle=-45,
+                                      title="Latency percentiles (ms), grouped: TTFT, TPOT, E2E per concurrency",
+                                      elem_id="bench-latency", height=280)
+            sweep_plot = gr.ScatterPlot(None, x="output tok/s", y="decode tok/s per user", color="level",
+                                        title="Trade-off: decode tok/s per user vs total output tok/s "
+                                        "(one point per concurrency)", elem_id="bench-sweep", height=260)
             compare = gr.Dataframe(headers=["metric", "unit", "A (previous run)", "B (this run)", "change %"],
                                    label="Compare: the last two runs side by side", interactive=False)
     results = gr.State([])
     tab = BenchTab(preset, run, progress, table, latency_plot, sweep_plot, compare, download)
 
-    def run_fn(preset_name, isl_v, osl_v, conc_v, req_v, max_c, reasoning_v, label_v, history):
+    def run_fn(preset_name, isl_v, osl_v, conc_v, req_v, goodput_v, max_c, reasoning_v, label_v, history):
         url = resolve_url()
         if url is None:
             raise gr.Error("No server is running: launch one in the Server tab first.")
         try:
-            config = preset_config(preset_name, url, input_tokens=int(isl_v) if isl_v else None,
-                                   output_tokens=int(osl_v) if osl_v else None,
-                                   concurrency=int(conc_v) if conc_v else None,
-                                   requests=int(req_v) if req_v else None, reasoning=bool(reasoning_v),
-                                   label=label_v or None)
+            config = preset_config(preset_name, url, input_tokens=_whole_number(isl_v, "Input tokens"),
+                                   output_tokens=_whole_number(osl_v, "Output tokens"),
+                                   concurrency=_whole_number(conc_v, "Concurrency"),
+                                   requests=_whole_number(req_v, "Requests"), reasoning=bool(reasoning_v),
+                                   label=label_v or None, goodput=parse_goodput(goodput_v or None))
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         events: queue.Queue = queue.Queue()
@@ -140,11 +163,16 @@ def create_ui(resolve_url) -> BenchTab:
             rows = [[r["metric"], r["unit"], r["a"], r["b"], None if r["change_pct"] is None else round(r["change_pct"], 1)]
                     for r in compare_results(history[0], history[1])]
         path = tempfile.mkdtemp(prefix="bench-")
-        files = last.save(path)
-        yield ("✅ **Done.**", text, latency_frame(last), sweep_frame(levels), rows,
+        files = outcome["sweep"].save(path) if "sweep" in outcome else last.save(path)
+        partial = next((r.partial for r in levels if r.partial is not None), None)
+        bound = [str(r.config.concurrency) for r in levels if r.client_bound]
+        status = "✅ **Done.**" if partial is None else f"⚠️ **Partial result:** {partial}"
+        if bound:
+            status += f" Client-bound at concurrency {', '.join(bound)}: the load generator lagged (see the table)."
+        yield (status, text, latency_frame(levels), sweep_frame(levels), rows,
                str(files.get("json") or next(iter(files.values()))), history)
 
-    run.click(run_fn, [preset, isl, osl, concurrency, requests, max_conc, reasoning, label, results],
+    run.click(run_fn, [preset, isl, osl, concurrency, requests, goodput, max_conc, reasoning, label, results],
               [progress, table, latency_plot, sweep_plot, compare, download, results], concurrency_limit=1,
               concurrency_id="bench")
     return tab

@@ -1,0 +1,151 @@
+"""The workbench benchmark and aiperf against a server whose timing is known.
+
+The fixed-rate test server (in its own process) sends the first token 200 ms after
+a request arrives and then 40 tokens/s per stream, 128 output tokens, and records
+when it sent every chunk. That record is the truth. At each concurrency the
+workbench and then aiperf 0.13.0 run against the same server; the table shows,
+for TTFT, E2E, per-user decode and output tok/s, the truth of each tool's run
+(the server's record of the requests that tool sent), what each tool measured,
+and its error. Also: the server's worst send lag (if it grows, the server fell
+behind and the truth itself is late) and the workbench's client-lag verdict.
+
+    .venv/bin/python benchmarks/bench_vs_aiperf.py [--levels 1,16,64,128,256] [--rounds 2]
+
+aiperf comes from <repo>/.venv-aiperf (AIPERF_BIN overrides); it runs without
+HF_HUB_OFFLINE (aiperf 0.13.0 rejects a local tokenizer path under it) and with
+--no-server-metrics --no-gpu-telemetry. The figures are timing figures: run on
+a quiet machine (the table prints /proc/loadavg).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers.fixed_rate_server import MODEL, FixedRateServer  # noqa: E402
+from workbench.bench import BenchConfig, run_benchmark  # noqa: E402
+
+FIRST_TOKEN_S = 0.200
+DECODE_RATE = 40.0
+ISL, OSL = 64, 128
+METRICS = (("TTFT mean", "ms"), ("E2E mean", "ms"), ("decode/user", "tok/s"), ("output tok/s", "tok/s"))
+
+
+def timings(url: str) -> list[dict[str, int]]:
+    with urllib.request.urlopen(f"{url}/timings", timeout=30) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def truth_of(records: list[dict[str, int]]) -> dict[str, float]:
+    """The server's own record of a run's requests, in the tools' definitions."""
+    ttft = [(t["first_sent_ns"] - t["arrival_ns"]) / 1e6 for t in records]
+    e2e = [(t["last_sent_ns"] - t["arrival_ns"]) / 1e6 for t in records]
+    decode = [(OSL - 1) * 1e9 / (t["last_sent_ns"] - t["first_sent_ns"]) for t in records]
+    window_s = (max(t["last_sent_ns"] for t in records) - min(t["arrival_ns"] for t in records)) / 1e9
+    return {"TTFT mean": statistics.mean(ttft), "E2E mean": statistics.mean(e2e),
+            "decode/user": statistics.mean(decode), "output tok/s": OSL * len(records) / window_s,
+            "send_lag_ms": max(t["max_send_lag_ns"] for t in records) / 1e6}
+
+
+def run_workbench(url: str, level: int, requests: int) -> tuple[dict[str, float], str]:
+    config = BenchConfig(url=url, input_tokens=ISL, output_tokens=OSL, concurrency=level, requests=requests,
+                         warmup_requests=min(level, 8))
+    result = run_benchmark(config)
+    s = result.summary
+    if s.errors:
+        raise SystemExit(f"workbench: {s.errors} errors: {s.error_messages}")
+    figures = {"TTFT mean": s.ttft_ms.mean, "E2E mean": s.e2e_ms.mean,
+               "decode/user": s.decode_tok_s_per_user.mean, "output tok/s": s.output_tok_s}
+    return figures, result.client_lag.describe() if result.client_lag else "-"  # type: ignore[return-value]
+
+
+def aiperf_bin() -> Path:
+    return Path(os.environ.get("AIPERF_BIN", ROOT / ".venv-aiperf" / "bin" / "aiperf"))
+
+
+def run_aiperf(url: str, level: int, requests: int, tokenizer: Path, out: Path) -> dict[str, float]:
+    argv = [str(aiperf_bin()), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming",
+            "--concurrency", str(level), "--request-count", str(requests),
+            "--warmup-request-count", str(min(level, 8)),
+            "--synthetic-input-tokens-mean", str(ISL), "--synthetic-input-tokens-stddev", "0",
+            "--output-tokens-mean", str(OSL), "--output-tokens-stddev", "0",
+            "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OSL}",
+            "--tokenizer", str(tokenizer), "--artifact-dir", str(out), "--ui-type", "none",
+            "--no-server-metrics", "--no-gpu-telemetry", "--random-seed", "1",
+            "--use-server-token-count"]  # usage.completion_tokens, as the workbench counts
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=out.parent, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"aiperf failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    d: dict[str, Any] = json.loads((out / "profile_export_aiperf.json").read_text())
+    return {"TTFT mean": d["time_to_first_token"]["avg"], "E2E mean": d["request_latency"]["avg"],
+            "decode/user": d["output_token_throughput_per_user"]["avg"],
+            "output tok/s": d["output_token_throughput"]["avg"]}
+
+
+def err(measured: float | None, true: float) -> str:
+    return "-" if measured is None else f"{(measured - true) / true * 100:+.1f} %"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levels", default="1,16,64,128,256")
+    parser.add_argument("--rounds", type=int, default=2, help="requests per stream in each run")
+    parser.add_argument("--tokenizer", type=Path, help="aiperf's tokenizer folder (default: the CPU demo model's)")
+    parser.add_argument("--no-aiperf", action="store_true")
+    args = parser.parse_args()
+    tokenizer = args.tokenizer
+    if tokenizer is None and not args.no_aiperf:
+        from workbench.demo.models import build_demo_model
+
+        tokenizer = build_demo_model().path
+    if not args.no_aiperf and not aiperf_bin().is_file():
+        raise SystemExit(f"aiperf is not at {aiperf_bin()}: scripts/install.sh --test installs it (or --no-aiperf)")
+    server = FixedRateServer(decode_rate=DECODE_RATE, first_token_s=FIRST_TOKEN_S, mode="one")
+    rows = []
+    with server.in_subprocess() as url, tempfile.TemporaryDirectory(prefix="bench-vs-aiperf-") as tmp:
+        for level in (int(x) for x in args.levels.split(",")):
+            requests = max(8, args.rounds * level)
+            seen = len(timings(url))
+            ours, lag = run_workbench(url, level, requests)
+            ours_truth = truth_of(sorted(timings(url)[seen:], key=lambda t: t["arrival_ns"])[-requests:])
+            theirs: dict[str, float] | None = None
+            theirs_truth = None
+            if not args.no_aiperf:
+                seen = len(timings(url))
+                theirs = run_aiperf(url, level, requests, tokenizer, Path(tmp) / f"aiperf-c{level}")
+                theirs_truth = truth_of(sorted(timings(url)[seen:], key=lambda t: t["arrival_ns"])[-requests:])
+            rows.append((level, ours_truth, ours, lag, theirs_truth, theirs))
+            print(f"done: concurrency {level}", file=sys.stderr, flush=True)
+    print(f"fixed-rate server: first token {FIRST_TOKEN_S * 1000:.0f} ms after arrival, {DECODE_RATE:.0f} tok/s per "
+          f"stream, {ISL} in / {OSL} out, one token per chunk; {os.cpu_count()} cores; "
+          f"/proc/loadavg {Path('/proc/loadavg').read_text().strip()}")
+    print("truth = the server's own record of the requests each tool sent (first / last chunk written - arrival)")
+    print(f"{'streams':>7}  {'metric':<13}{'unit':>6}{'truth(wb)':>11}{'workbench':>11}{'error':>9}"
+          f"{'truth(ai)':>11}{'aiperf':>11}{'error':>9}")
+    for level, ours_truth, ours, lag, theirs_truth, theirs in rows:
+        for name, unit in METRICS:
+            t1, m1 = ours_truth[name], ours[name]
+            cells = f"{t1:>11,.1f}{m1:>11,.1f}{err(m1, t1):>9}"
+            if theirs is not None and theirs_truth is not None:
+                t2, m2 = theirs_truth[name], theirs[name]
+                cells += f"{t2:>11,.1f}{m2:>11,.1f}{err(m2, t2):>9}"
+            print(f"{level:>7}  {name:<13}{unit:>6}{cells}")
+        lag_ai = "" if theirs_truth is None else f"; in aiperf's run {theirs_truth['send_lag_ms']:.1f} ms"
+        print(f"{'':>7}  server worst send lag {ours_truth['send_lag_ms']:.1f} ms in the workbench's run{lag_ai}; "
+              f"workbench: {lag}")
+
+
+if __name__ == "__main__":
+    main()
