@@ -73,6 +73,9 @@ class FixedRateServer:
     tokens_per_chunk: int = 4
     reasoning_tokens: int = 8
     port: int = 0
+    # Echo: each token is "<tag><i>", the tag being the first word of the last user
+    # message, and the timing record names it: a load test can tell whose answer is whose.
+    echo: bool = False
     counters: Counters = field(default_factory=Counters)
     # Per chat request, in time.monotonic_ns (one clock for all processes on Linux):
     # arrival, when the first / first-output / last token chunk was written.
@@ -140,6 +143,8 @@ class FixedRateServer:
         argv = [sys.executable, "-m", "tests.helpers.fixed_rate_server", "--prefill-rate", str(self.prefill_rate),
                 "--decode-rate", str(self.decode_rate), "--mode", self.mode,
                 "--tokens-per-chunk", str(self.tokens_per_chunk), "--reasoning-tokens", str(self.reasoning_tokens)]
+        if self.echo:
+            argv.append("--echo")
         root = Path(__file__).resolve().parent.parent.parent
         child = subprocess.Popen(argv, cwd=root, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
         try:
@@ -188,6 +193,8 @@ class FixedRateServer:
                 elif method == "POST" and path == "/tokenize":
                     count = self._prompt_tokens(json.loads(body).get("messages", []))
                     self._json(writer, {"count": count, "max_model_len": MAX_MODEL_LEN, "tokens": list(range(count))})
+                elif method == "GET" and path == "/health":
+                    self._send(writer, 200, "application/json", b"{}")
                 elif method == "GET" and path == "/v1/models":
                     self._json(writer, {"object": "list", "data": [{"id": MODEL, "max_model_len": MAX_MODEL_LEN}]})
                 elif method == "GET" and path == "/timings":
@@ -256,7 +263,13 @@ class FixedRateServer:
         if self.mode == "role-first":
             writer.write(event({"role": "assistant", "content": ""}, 0))
             await writer.drain()
-        timing = {"arrival_ns": int(arrived * 1e9)}
+        timing: dict = {"arrival_ns": int(arrived * 1e9)}
+        tag = "w"
+        if self.echo:
+            users = [m for m in request["messages"] if m.get("role") == "user"]
+            words = str(users[-1].get("content", "")).split() if users else []
+            tag = words[0] if words else "w"
+            timing["tag"] = tag
         done = 0
         for size in self.chunk_sizes(output_tokens):
             last_token = done + size - 1
@@ -264,7 +277,7 @@ class FixedRateServer:
             if wait > 0:
                 await asyncio.sleep(wait)
             field_name = "reasoning" if self.mode == "reasoning" and done < self.reasoning_tokens else "content"
-            text = "".join(f" w{i}" for i in range(done, done + size))
+            text = "".join(f" {tag}{i}" for i in range(done, done + size))
             done += size
             writer.write(event({field_name: text}, done))
             sent = time.monotonic_ns()
@@ -294,9 +307,10 @@ def main() -> None:
     parser.add_argument("--mode", default="one", choices=["one", "several", "reasoning", "role-first"])
     parser.add_argument("--tokens-per-chunk", type=int, default=4)
     parser.add_argument("--reasoning-tokens", type=int, default=8)
+    parser.add_argument("--echo", action="store_true", help="tokens carry the first word of the last user message")
     args = parser.parse_args()
     server = FixedRateServer(args.prefill_rate, args.decode_rate, args.mode, args.tokens_per_chunk,
-                             args.reasoning_tokens, port=args.port)
+                             args.reasoning_tokens, port=args.port, echo=args.echo)
     asyncio.run(server.serve_forever())
 
 
