@@ -57,6 +57,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="decode tok/s of each answer")
     parser.add_argument("--tokens", type=int, default=1024, help="tokens per answer (the room's max_tokens cap)")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="messages each attendee sends, all at once each round (the table shows each round)")
     args = parser.parse_args()
     from gradio_client import Client
 
@@ -81,53 +83,62 @@ def main() -> int:
                 r = httpx.post(base + "/join", data={"name": f"attendee {i:02d}", "code": code})
                 token = r.cookies["workbench_attendee"]
                 clients.append(Client(base + "/", headers={"Cookie": f"workbench_attendee={token}"}, verbose=False))
-            results: dict[int, dict] = {}
-            start = threading.Barrier(args.attendees + 1)
+            rounds = []
+            for round_number in range(args.rounds):
+                results: dict[int, dict] = {}
+                start = threading.Barrier(args.attendees + 1)
 
-            def attendee(i: int) -> None:
+                def attendee(i: int) -> None:
+                    start.wait()
+                    sent = time.monotonic_ns()
+                    try:
+                        answer, _ = clients[i].submit(f"a{i:02d}r{round_number}- tell me something",
+                                                      api_name="/chat").result()
+                        results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer}
+                    except Exception as exc:  # reported in the table
+                        results[i] = {"sent": sent, "done": time.monotonic_ns(), "error": repr(exc)[:80]}
+
+                threads = [threading.Thread(target=attendee, args=(i,)) for i in range(args.attendees)]
+                for t in threads:
+                    t.start()
+                cpu0, w0 = cpu_seconds(app.pid), time.monotonic()
                 start.wait()
-                sent = time.monotonic_ns()
-                try:
-                    answer, _ = clients[i].submit(f"a{i:02d}- tell me something", api_name="/chat").result()
-                    results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer}
-                except Exception as exc:  # reported in the table
-                    results[i] = {"sent": sent, "done": time.monotonic_ns(), "error": repr(exc)[:80]}
-
-            threads = [threading.Thread(target=attendee, args=(i,)) for i in range(args.attendees)]
-            for t in threads:
-                t.start()
-            cpu0, w0 = cpu_seconds(app.pid), time.monotonic()
-            start.wait()
-            for t in threads:
-                t.join(600)
-            busy = (cpu_seconds(app.pid) - cpu0) / (time.monotonic() - w0)
+                for t in threads:
+                    t.join(600)
+                busy = (cpu_seconds(app.pid) - cpu0) / (time.monotonic() - w0)
+                rounds.append((results, busy))
             timings = {t["tag"]: t for t in httpx.get(vllm_url + "/timings").json()}
         finally:
             app.terminate()
             app.wait(20)
-    print(f"{args.attendees} attendees, {args.tokens} tokens at {args.rate:g} tok/s each")
-    print(f"{'attendee':>9} {'send->server (s)':>17} {'last token->answer (s)':>23}  own answer")
-    worst_arrival = worst_answer = 0.0
-    bad = errors = 0
-    for i in range(args.attendees):
-        r = results.get(i, {"error": "no result"})
-        t = timings.get(f"a{i:02d}-")
-        if "error" in r or t is None:
-            errors += 1
-            print(f"{i:>9} {'error: ' + r.get('error', 'never reached the server')}")
-            continue
-        arrival = (t["arrival_ns"] - r["sent"]) / 1e9
-        tail = (r["done"] - t["last_sent_ns"]) / 1e9
-        own = r["answer"].split()[:1] == [f"a{i:02d}-0"] and f"a{i:02d}-{args.tokens - 1}" in r["answer"]
-        others = any(w.startswith("a") and not w.startswith(f"a{i:02d}-") for w in r["answer"].split())
-        bad += (not own) or others
-        worst_arrival, worst_answer = max(worst_arrival, arrival), max(worst_answer, tail)
-        print(f"{i:>9} {arrival:>17.3f} {tail:>23.3f}  {'yes' if own and not others else 'NO'}")
-    print(f"worst send->server {worst_arrival:.3f} s; worst last token->answer {worst_answer:.3f} s; "
-          f"errors {errors}; wrong answers {bad}")
-    print(f"app CPU: idle {idle * 100:.1f} % of a core; during the run {busy * 100:.0f} % of a core")
+    print(f"{args.attendees} attendees, {args.tokens} tokens at {args.rate:g} tok/s each; "
+          f"app CPU idle {idle * 100:.1f} % of a core")
+    failed = 0
+    for round_number, (results, busy) in enumerate(rounds):
+        print(f"round {round_number + 1}\n{'attendee':>9} {'send->server (s)':>17} {'last token->answer (s)':>23}  own answer")
+        worst_arrival = worst_answer = 0.0
+        bad = errors = 0
+        for i in range(args.attendees):
+            tag = f"a{i:02d}r{round_number}-"
+            r = results.get(i, {"error": "no result"})
+            t = timings.get(tag)
+            if "error" in r or t is None:
+                errors += 1
+                print(f"{i:>9} {'error: ' + r.get('error', 'never reached the server')}")
+                continue
+            arrival = (t["arrival_ns"] - r["sent"]) / 1e9
+            tail = (r["done"] - t["last_sent_ns"]) / 1e9
+            words = r["answer"].split()
+            own = bool(words) and words[0] == f"{tag}0" and f"{tag}{args.tokens - 1}" in words
+            others = any(not w.startswith(tag) for w in words)
+            bad += (not own) or others
+            worst_arrival, worst_answer = max(worst_arrival, arrival), max(worst_answer, tail)
+            print(f"{i:>9} {arrival:>17.3f} {tail:>23.3f}  {'yes' if own and not others else 'NO'}")
+        print(f"round {round_number + 1}: worst send->server {worst_arrival:.3f} s; worst last token->answer "
+              f"{worst_answer:.3f} s; errors {errors}; wrong answers {bad}; app CPU {busy * 100:.0f} % of a core")
+        failed += errors + bad
     print(f"/proc/loadavg: {Path('/proc/loadavg').read_text().strip()}")
-    return 0 if not errors and not bad else 1
+    return 0 if not failed else 1
 
 
 if __name__ == "__main__":

@@ -74,15 +74,19 @@ class RoomChat:
         self._http: Any = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
         self._server_cache: tuple[float, tuple[str | None, str]] | None = None
+        self._server_lock: asyncio.Lock | None = None
 
     async def _server(self) -> tuple[str | None, str]:
         """The resolver's answer, at most SERVER_TTL_S old: it may probe the server over
         HTTP, so it runs on a worker thread and not once per turn on the event loop."""
-        now = time.monotonic()
-        if self._server_cache is None or now - self._server_cache[0] > SERVER_TTL_S:
-            answer = await asyncio.to_thread(self.resolve_server)
-            self._server_cache = (time.monotonic(), answer)
-        return self._server_cache[1]
+        if self._server_lock is None:
+            self._server_lock = asyncio.Lock()
+        async with self._server_lock:  # a room sending at once asks once, not once per attendee
+            now = time.monotonic()
+            if self._server_cache is None or now - self._server_cache[0] > SERVER_TTL_S:
+                answer = await asyncio.to_thread(self.resolve_server)
+                self._server_cache = (time.monotonic(), answer)
+            return self._server_cache[1]
 
     def _http_client(self) -> Any:
         """One connection pool for every attendee's stream, on the running loop."""
