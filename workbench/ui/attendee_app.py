@@ -175,8 +175,8 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
             "Send a message to the model as the signed-in attendee; streams (the answer so far, "
             "the conversation as chat messages)."), concurrency_limit=None, show_progress="hidden").then(
             after_turn, state, panels, **PRIVATE)
-        # Empties the box; the chat event above already holds the message.
-        gr.on(sent, lambda: "", None, message, queue=False, **PRIVATE)
+        # Empties the box in the browser (no round trip); the chat event above already holds the message.
+        gr.on(sent, None, None, message, js="() => ''", queue=False, **PRIVATE)
         broadcast.change(broadcast_fn, [broadcast, state], chat_outputs, concurrency_limit=None, **PRIVATE).then(
             after_turn, state, panels, **PRIVATE)
         stop.click(stop_fn, state, None, queue=False, **PRIVATE)
