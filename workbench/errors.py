@@ -8,6 +8,7 @@ WorkbenchError                  a user can fix it; `hint` says how
 ├── MetricsError                /metrics cannot be read or is not a vLLM server's
 ├── BenchError                  a benchmark cannot run as configured
 │   └── BenchShapeError         the shape does not fit the server (suggests one that does)
+├── RoomError                   a workshop room refuses a sign-in or a turn (says why, and what to do)
 └── ToolError                   a tool call failed (sent back to the model)
 
 Errors from lower libraries are translated where they happen (`raise ... from exc`);
@@ -17,7 +18,7 @@ the CLI prints message and hint, the UIs show them, nothing shows a traceback.
 from __future__ import annotations
 
 __all__ = ["BenchError", "BenchShapeError", "InputError", "LaunchError", "MetricsError", "RecipeError",
-           "SelectionError", "ToolError", "WorkbenchError"]
+           "RoomError", "SelectionError", "ToolError", "WorkbenchError"]
 
 
 class WorkbenchError(Exception):
@@ -62,6 +63,10 @@ class BenchShapeError(BenchError):
     def __init__(self, message: str, *, hint: str, suggested_input_tokens: int | None) -> None:
         super().__init__(message, hint=hint)
         self.suggested_input_tokens = suggested_input_tokens
+
+
+class RoomError(WorkbenchError):
+    """A workshop room refuses a sign-in or a turn: a wrong room code, a turn already running."""
 
 
 class ToolError(WorkbenchError):

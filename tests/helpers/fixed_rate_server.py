@@ -99,6 +99,9 @@ class FixedRateServer:
     tokenizer: str | None = None  # a local HF tokenizer folder to count prompts with
     fault: str | None = None  # one of FAULTS
     fault_every: int = 2
+    # Echo: each token is "<tag><i>", the tag being the first word of the last user
+    # message, and the timing record names it: a load test can tell whose answer is whose.
+    echo: bool = False
     counters: Counters = field(default_factory=Counters)
     # Per chat request, in time.monotonic_ns (one clock for all processes on Linux):
     # head_ns / arrival_ns (head and body in), first_sent_ns / first_output_sent_ns /
@@ -189,6 +192,8 @@ class FixedRateServer:
             argv += ["--tokenizer", self.tokenizer]
         if self.fault is not None:
             argv += ["--fault", self.fault]
+        if self.echo:
+            argv.append("--echo")
         root = Path(__file__).resolve().parent.parent.parent
         child = subprocess.Popen(argv, cwd=root, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
         try:
@@ -242,6 +247,8 @@ class FixedRateServer:
                     self._json(writer, {"count": count, "max_model_len": MAX_MODEL_LEN, "tokens": list(range(count))})
                 elif method == "GET" and path == "/v1/models" and self.fault == "bad-models":
                     self._send(writer, 200, "text/html", b"<html><body>a proxy's login page</body></html>")
+                elif method == "GET" and path == "/health":
+                    self._send(writer, 200, "application/json", b"{}")
                 elif method == "GET" and path == "/v1/models":
                     self._json(writer, {"object": "list", "data": [{"id": MODEL, "max_model_len": MAX_MODEL_LEN}]})
                 elif method == "GET" and path == "/timings":
@@ -321,7 +328,13 @@ class FixedRateServer:
         if self.mode == "role-first":
             writer.write(event({"role": "assistant", "content": ""}, 0))
             await writer.drain()
-        timing = {"head_ns": head_ns, "arrival_ns": arrived_ns, "max_send_lag_ns": 0}
+        timing: dict[str, Any] = {"head_ns": head_ns, "arrival_ns": arrived_ns, "max_send_lag_ns": 0}
+        tag = "w"
+        if self.echo:
+            users = [m for m in request["messages"] if m.get("role") == "user"]
+            words = str(users[-1].get("content", "")).split() if users else []
+            tag = words[0] if words else "w"
+            timing["tag"] = tag
         done = 0
         sizes = self.chunk_sizes(output_tokens)
         for n, size in enumerate(sizes):
@@ -338,7 +351,7 @@ class FixedRateServer:
                 elif self.fault == "wrong-shape":
                     writer.write(self._chunked(b'data: {"choices": "not a list", "usage": 7}\n\n'))
             field_name = "reasoning" if self.mode == "reasoning" and done < self.reasoning_tokens else "content"
-            text = "".join(f" w{i}" for i in range(done, done + size))
+            text = "".join(f" {tag}{i}" for i in range(done, done + size))
             done += size
             writer.write(event({field_name: text}, done))
             sent = time.monotonic_ns()
@@ -378,11 +391,12 @@ def main() -> None:
     parser.add_argument("--tokenizer", help="count prompt tokens with this local HF tokenizer folder")
     parser.add_argument("--fault", choices=FAULTS)
     parser.add_argument("--fault-every", type=int, default=2)
+    parser.add_argument("--echo", action="store_true", help="tokens carry the first word of the last user message")
     args = parser.parse_args()
     server = FixedRateServer(args.prefill_rate, args.decode_rate, args.mode, args.tokens_per_chunk,
                              args.reasoning_tokens, port=args.port, tokenize=not args.no_tokenize,
                              tokenizer=args.tokenizer, fault=args.fault, fault_every=args.fault_every,
-                             first_token_s=args.first_token_s)
+                             first_token_s=args.first_token_s, echo=args.echo)
     asyncio.run(server.serve_forever())
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +18,8 @@ from typing import Any, Literal
 from workbench.server import hardware
 from workbench.server.command import docker_engine_problem
 
-__all__ = ["CheckStatus", "EnvironmentCheck", "environment_checks", "hf_cache_dir"]
+__all__ = ["CheckStatus", "EnvironmentCheck", "day_of_checks", "docker_image_check", "download_weights",
+           "environment_checks", "hf_cache_dir", "memory_headroom_check", "warm_up_check", "weights_check"]
 
 CheckStatus = Literal["ok", "missing", "warning"]
 
@@ -95,3 +99,255 @@ def environment_checks(model_id: str, *, min_memory_gb: float = 100.0, min_disk_
         "free space, or point HF_HOME at a bigger disk."))
     return checks
 
+
+
+# ── day-of checks for a workshop room (python -m workbench workshop --check) ──
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.32's default (`vllm serve --help=all`)
+MEMORY_QUERY_ARGS = ["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,compute_cap,driver_version",
+                     "--format=csv"]
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
+
+
+def _meminfo_kb(text: str, key: str) -> int | None:
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == key and rest.split():
+            return int(rest.split()[0])
+    return None
+
+
+def parse_gpu_memory_used(text: str) -> list[tuple[int, int]]:
+    """(total MiB, used MiB) per GPU from MEMORY_QUERY_ARGS' CSV; GPUs whose memory is
+    "Not Supported" (GB10: unified memory) are left out."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return []
+    header = [c.strip().split(" ")[0].lower() for c in lines[0].split(",")]
+    if "memory.total" not in header or "memory.used" not in header:
+        return []
+    out = []
+    for line in lines[1:]:
+        row = dict(zip(header, (c.strip() for c in line.split(","))))
+        total, used = row.get("memory.total", ""), row.get("memory.used", "")
+        if total.split()[:1] and total.split()[0].isdigit() and used.split()[:1] and used.split()[0].isdigit():
+            out.append((int(total.split()[0]), int(used.split()[0])))
+    return out
+
+
+def weights_check(model_id: str, *, cache_dir: Path | None = None) -> EnvironmentCheck:
+    """Are the model's weights complete in the Hugging Face cache (every shard its index names)?"""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    cache = cache_dir or hf_cache_dir()
+    fix = (f"Download it before the room arrives (the NVFP4 checkpoint is about 18 GB): "
+           f"`python -m workbench workshop --download --hardware dgx_spark_gb10`, or "
+           f"`hf download {model_id}`. vLLM downloads it at the first launch otherwise, which on a "
+           "shared workshop network can take most of the session.")
+    try:
+        info = scan_cache_dir(cache)
+    except CacheNotFound:
+        return EnvironmentCheck("weights in the Hugging Face cache", "missing", f"no cache at {cache}", fix)
+    repo = next((r for r in info.repos if r.repo_id == model_id and r.repo_type == "model"), None)
+    if repo is None:
+        return EnvironmentCheck("weights in the Hugging Face cache", "missing", f"{model_id} is not in {cache}", fix)
+    best: tuple[int, int, int] = (0, 0, 0)  # (weight files, expected, bytes)
+    for revision in repo.revisions:
+        names = {f.file_name for f in revision.files}
+        weights = [f for f in revision.files if f.file_name.endswith(WEIGHT_SUFFIXES)]
+        expected = len(weights)
+        index = next((f for f in revision.files if f.file_name.endswith(".safetensors.index.json")), None)
+        if index is not None:
+            import json
+
+            try:
+                shards = set(json.loads(Path(index.file_path).read_text()).get("weight_map", {}).values())
+            except (OSError, ValueError):
+                shards = set()
+            expected = len(shards)
+            weights = [f for f in weights if f.file_name in shards]
+            if not shards <= names:
+                expected = max(expected, 1)
+        size = sum(f.size_on_disk for f in weights)
+        best = max(best, (len(weights), expected, size))
+    present, expected, size = best
+    if present and present >= expected:
+        return EnvironmentCheck("weights in the Hugging Face cache", "ok",
+                                f"{model_id}: {present} weight file(s), {size / 1e9:.1f} GB in {cache}")
+    return EnvironmentCheck("weights in the Hugging Face cache", "missing",
+                            f"{model_id} is only partly in {cache} ({present} of {expected or '?'} weight files)", fix)
+
+
+def download_weights(model_id: str, *, progress: Callable[[str], None] = print, cache_dir: Path | None = None) -> Path:
+    """Download the model into the Hugging Face cache with huggingface_hub, reporting progress;
+    a LaunchError says what to do when it cannot (offline, no access, no space)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from tqdm.auto import tqdm
+
+    class Reported(tqdm):  # type: ignore[misc]
+        """tqdm that also tells `progress` at each 10 % of the bytes."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("disable", False)
+            super().__init__(*args, **kwargs)
+            self._told = -1
+
+        def update(self, n: float | None = 1) -> bool | None:
+            out = super().update(n)
+            if self.total and self.unit == "B":
+                tenth = int(10 * self.n / self.total)
+                if tenth != self._told:
+                    self._told = tenth
+                    progress(f"{model_id}: {self.n / 1e9:.1f} of {self.total / 1e9:.1f} GB")
+            return out
+
+    progress(f"Downloading {model_id} into {cache_dir or hf_cache_dir()} ...")
+    try:
+        path = snapshot_download(model_id, cache_dir=cache_dir, tqdm_class=Reported)
+    except LocalEntryNotFoundError as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        from workbench.errors import LaunchError
+
+        raise LaunchError(
+            f"Cannot download {model_id}: " + ("downloads are disabled (HF_HUB_OFFLINE=1)." if offline
+                                               else "the Hugging Face Hub cannot be reached."),
+            hint="Connect this machine to the network (and unset HF_HUB_OFFLINE), or copy the model's "
+            f"folder models--{model_id.replace('/', '--')} from a machine that has it into {cache_dir or hf_cache_dir()}.",
+        ) from exc
+    except HfHubHTTPError as exc:
+        from workbench.errors import LaunchError
+
+        raise LaunchError(f"The Hugging Face Hub refused the download of {model_id}: {exc}",
+                          hint="Log in with `hf auth login` if the model needs accepting its licence, "
+                          "and check the model id.") from exc
+    progress(f"{model_id} is in the cache: {path}")
+    return Path(path)
+
+
+def memory_headroom_check(gpu_memory_utilization: float | None, *, meminfo: Path = Path("/proc/meminfo"),
+                          runner: Callable[[list[str]], str] | None = None) -> EnvironmentCheck:
+    """Is enough memory free now for vLLM's --gpu-memory-utilization share?
+
+    vLLM refuses to start when the device's free memory is below utilization x total.
+    On a GB10 the GPU's memory is the machine's (unified), so it is read from
+    /proc/meminfo: memory the page cache holds is reclaimable but not free at that moment."""
+    share = gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    name = f"free memory for --gpu-memory-utilization {share:g}"
+    gpus: list[tuple[int, int]] = []
+    if runner is not None or hardware.detect_hardware().gpus:
+        try:
+            gpus = parse_gpu_memory_used((runner or hardware._run)(MEMORY_QUERY_ARGS))
+        except (OSError, subprocess.SubprocessError) as exc:
+            return EnvironmentCheck(name, "warning", f"nvidia-smi failed: {exc}", "Check the NVIDIA driver (nvidia-smi).")
+    if gpus:
+        total_mib, used_mib = gpus[0]
+        need, free = share * total_mib / 1024, (total_mib - used_mib) / 1024
+        found = f"GPU 0: {free:.1f} GiB free of {total_mib / 1024:.1f} GiB; vLLM wants {need:.1f} GiB"
+        if free >= need:
+            return EnvironmentCheck(name, "ok", found)
+        return EnvironmentCheck(name, "missing", found,
+                                f"Stop what holds GPU memory (`nvidia-smi` lists it), or lower "
+                                f"--gpu-memory-utilization to {max(0.05, free / (total_mib / 1024) - 0.02):.2f}.")
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return EnvironmentCheck(name, "warning", f"could not read {meminfo}", "Run on Linux.")
+    total_kb, free_kb = _meminfo_kb(text, "MemTotal"), _meminfo_kb(text, "MemFree")
+    available_kb = _meminfo_kb(text, "MemAvailable") or free_kb
+    if not total_kb or free_kb is None or available_kb is None:
+        return EnvironmentCheck(name, "warning", f"{meminfo} has no MemTotal/MemFree", "Run on Linux.")
+    gib = 1024 * 1024
+    need, free, available = share * total_kb / gib, free_kb / gib, available_kb / gib
+    found = (f"unified memory: {free:.1f} GiB free, {available:.1f} GiB available of {total_kb / gib:.1f} GiB; "
+             f"vLLM wants {need:.1f} GiB")
+    if free >= need:
+        return EnvironmentCheck(name, "ok", found)
+    def lower(kb: int) -> str:
+        return f"lower --gpu-memory-utilization to {max(0.05, kb / total_kb - 0.03):.2f}"
+
+    if available >= need:
+        return EnvironmentCheck(name, "warning", found,
+                                "The page cache holds the difference: free it right before launching with "
+                                "`sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches'`, or " + lower(free_kb) + ".")
+    return EnvironmentCheck(name, "missing", found,
+                            "Close what uses memory (another vLLM, a notebook kernel holding a model, "
+                            f"containers: `docker ps`), or {lower(available_kb)}.")
+
+
+def docker_image_check(image: str, *, runner: Callable[[list[str]], str] | None = None) -> EnvironmentCheck:
+    """Is the plan's image already pulled? (Pulling the vLLM image takes many minutes.)"""
+    name = f"docker image {image}"
+    if runner is None:
+        problem = docker_engine_problem()
+        if problem is not None:
+            return EnvironmentCheck(name, "missing", problem,
+                                    "Start Docker (`sudo systemctl start docker`), then "
+                                    f"`docker pull {image}` before the room arrives.")
+        runner = hardware._run
+    try:
+        found = runner(["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", image]).split()
+    except subprocess.CalledProcessError:
+        return EnvironmentCheck(name, "missing", f"{image} is not pulled on this machine",
+                                f"`docker pull {image}` now: it is several GB, too slow to fetch while the room waits.")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return EnvironmentCheck(name, "missing", f"`docker image inspect` failed: {exc}", "Check that Docker answers.")
+    size = f", {int(found[1]) / 1e9:.1f} GB" if len(found) > 1 and found[1].isdigit() else ""
+    return EnvironmentCheck(name, "ok", f"{image} ({found[0][:19] if found else '?'}{size})")
+
+
+def warm_up_check(base_url: str, model: str, *, api_key: str | None = None, requests: int = 2,
+                  max_tokens: int = 16, timeout: float = 900.0) -> EnvironmentCheck:
+    """Send short requests right after ready: the first pays for JIT compilation on a
+    DGX Spark (CUDA graphs, kernels); the room should not be the one paying."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = {"model": model, "max_tokens": max_tokens, "temperature": 0,
+            "messages": [{"role": "user", "content": "Say hello to the workshop in five words."}]}
+    seconds: list[float] = []
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            for _ in range(requests):
+                started = time.monotonic()
+                answer = client.post(f"{base_url.rstrip('/')}/v1/chat/completions", json=body, headers=headers)
+                answer.raise_for_status()
+                seconds.append(time.monotonic() - started)
+    except httpx.HTTPError as exc:
+        return EnvironmentCheck("warm-up request", "missing", f"{base_url} did not answer: {exc}",
+                                "Check the Server tab's log (or `python -m workbench status --log 40`); "
+                                "if the server is still starting, run the warm-up again once it is ready.")
+    found = "first request {:.2f} s".format(seconds[0]) + "".join(f", then {s:.2f} s" for s in seconds[1:])
+    return EnvironmentCheck("warm-up request", "ok", found + " (the first one compiled what the rest reuse)")
+
+
+def day_of_checks(plan: Any, *, mode: str = "auto", meminfo: Path = Path("/proc/meminfo"),
+                  runner: Callable[[list[str]], str] | None = None) -> list[EnvironmentCheck]:
+    """The workshop's checks for a rendered plan (a LaunchPlan or its dict): the
+    machine (environment_checks), then the plan's weights, memory share and image."""
+    data = plan.to_dict() if hasattr(plan, "to_dict") else dict(plan)
+    model_id = data.get("model_id") or data["argv"][2]
+    checks = [c for c in environment_checks(model_id, meminfo=meminfo) if not c.name.startswith("model in")]
+    if data.get("local_build"):
+        from workbench.demo import models
+
+        built = models.cache_dir() / data["local_build"]
+        checks.append(EnvironmentCheck("weights (built locally)", "ok" if built.is_dir() else "missing", str(built),
+                                       "" if built.is_dir() else "`python -m workbench demo-model` builds it (about 40 s)."))
+    else:
+        checks.append(weights_check(model_id))
+    argv = data.get("argv") or []
+    share = next((float(argv[i + 1]) for i, t in enumerate(argv[:-1]) if t == "--gpu-memory-utilization"), None)
+    if data.get("hardware") != "cpu":
+        checks.append(memory_headroom_check(share, meminfo=meminfo, runner=runner))
+    image = data.get("docker_image")
+    if image and (mode == "docker" or (mode == "auto" and not _vllm_installed())):
+        checks.append(docker_image_check(image, runner=runner))
+    return checks
+
+
+def _vllm_installed() -> bool:
+    from workbench.server.command import _vllm_executable
+
+    return _vllm_executable() is not None

@@ -10,6 +10,7 @@ per session.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,26 @@ class WorkbenchApp:
         self.blocks.close()
 
 
+@dataclass
+class AppParts:
+    """What an extra tab may build on: the shared server slot and poller, the Recipe tab's plan."""
+
+    slot: server_tab.ServerSlot
+    poller: SharedPoller
+    plan: gr.State
+    catalog: Any
+
+
+# (tab label, builder): the builder lays out the tab's content and returns its live
+# timer (run only while the tab is visible) or None. The workshop's Room tab is one.
+ExtraTab = tuple[str, Callable[[AppParts], "gr.Timer | None"]]
+
+
 def build_app(state_dir: str | Path | None = None, default_hardware: str | None = None,
-              chat_request_hook=None) -> WorkbenchApp:
+              chat_request_hook=None, extra_tab: ExtraTab | None = None) -> WorkbenchApp:
     """The app. `chat_request_hook` (see ChatSession) lets a demo or a test force
-    what a random-weight model says; the default sends requests unchanged."""
+    what a random-weight model says; the default sends requests unchanged.
+    `extra_tab` adds a tab after Benchmark (the workshop's Room)."""
     catalog = load_catalog()
     hardware = default_hardware or detect()
     slot = server_tab.ServerSlot(state_dir)
@@ -98,6 +115,11 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
                 throughput = throughput_tab.create_ui(poller)
             with gr.Tab("Benchmark", id="benchmark") as t_bench:
                 bench_tab.create_ui(server_url)
+            extra_timer, tabs = None, [t_recipe, t_server, t_chat, t_throughput, t_bench]
+            if extra_tab is not None:
+                with gr.Tab(extra_tab[0], id="extra") as t_extra:
+                    extra_timer = extra_tab[1](AppParts(slot, poller, recipe.plan, catalog))
+                tabs.append(t_extra)
         pause = gr.Button("pause", elem_id="timers-pause", visible="hidden")
         resume = gr.Button("resume", elem_id="timers-resume", visible="hidden")
 
@@ -105,6 +127,8 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
 
         # One live timer at a time: the visible tab's.
         timers = {"server": server.timer, "chat": strip_timer, "throughput": throughput.timer}
+        if extra_timer is not None:
+            timers["extra"] = extra_timer
         timer_list = list(timers.values())
 
         def activate(name: str):
@@ -113,7 +137,7 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
         # Restore the saved chat when its tab opens: a component in a tab that
         # was hidden at page load does not keep a value set by demo.load.
         t_chat.select(chat_tab.restore, [chat.saved, chat.chatbot], chat.chatbot, show_progress="hidden")
-        for name, tab in zip(TAB_NAMES, (t_recipe, t_server, t_chat, t_throughput, t_bench)):
+        for name, tab in zip((*TAB_NAMES, "extra"), tabs):
             tab.select(lambda n=name: activate(n), None, [active_tab, *timer_list], show_progress="hidden")
         pause.click(lambda: [gr.Timer(active=False) for _ in timers], None, timer_list, queue=False)
         resume.click(lambda name: activate(name)[1:], active_tab, timer_list, queue=False)
@@ -129,7 +153,8 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
 def serve_app(host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None,
               share: bool = False, state_dir: str | None = None, open_browser: bool = False) -> None:
     app = build_app(state_dir=state_dir)
-    app.blocks.queue(default_concurrency_limit=8)
+    # api_open=False: queued events only through the queue, not as direct REST calls.
+    app.blocks.queue(default_concurrency_limit=8, api_open=False)
     app.launch(server_name=host, server_port=port, auth=auth, share=share, inbrowser=open_browser,
                show_error=True)
 

@@ -13,6 +13,46 @@ from workbench.errors import WorkbenchError
 from workbench.recipes import Catalog, LaunchPlan
 
 
+# What a remote caller can reach, and what the handlers refuse (Gradio 6.31):
+# api_visibility="private" only hides an event from the API docs and gradio_client;
+# a raw POST to /gradio_api/queue/join with its fn_index still runs it. So:
+# - the launch re-checks the plan's extra flags here, on the server (page_flags:
+#   vLLM's own flag table plus an allowlist; no --host, --port, --api-key,
+#   --trust-remote-code, plugins), and always binds the server to 127.0.0.1;
+# - the plan is read from server-side session state (gr.State), which a caller
+#   cannot set except by rendering through the Recipe tab's own handler;
+# - beyond that, whoever reaches the app can do what its page does: bind it to
+#   127.0.0.1 or put it behind --auth (the CLI refuses another host without it),
+#   and give a room its own app (python -m workbench workshop) where attendees
+#   reach only the chat.
+SERVER_CONTROLS_NOTE = "launch, stop and attach are private events; the launch re-checks its flags"
+
+
+def checked_page_plan(plan: dict, progress=None) -> LaunchPlan:
+    """The plan from the page, refused (InputError) when its extra flags may not come from a page."""
+    from workbench.recipes.plan import split_extra_flags
+    from workbench.server.page_flags import check_page_flags, vllm_flag_table
+
+    launch_plan = LaunchPlan.from_dict(plan)
+    extra = split_extra_flags(launch_plan.selection.get("extra") or [])
+    if extra:
+        check_page_flags(extra, vllm_flag_table(progress=progress))
+    return launch_plan
+
+
+def page_plan_problems(plan: LaunchPlan) -> list[str]:
+    """The same check, quick enough for every change: vLLM's flag table only if already cached."""
+    from workbench.errors import InputError
+    from workbench.recipes.plan import split_extra_flags
+    from workbench.server.page_flags import page_flag_problems, vllm_flag_table
+
+    try:
+        extra = split_extra_flags(plan.selection.get("extra") or [])
+    except InputError as exc:
+        return [exc.message]
+    return page_flag_problems(extra, vllm_flag_table(run=False)) if extra else []
+
+
 class ServerSlot:
     """The server this workbench serves from. It is one per machine (one GPU, one
     port), so every browser session shares it; launches are serialised."""
@@ -117,7 +157,9 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
         head = "**Will launch** " + ("(CPU demo engine)" if p.local_build else f"on {p.hardware}")
         if p.engine != "vllm":
             head = f"**{p.engine} preset:** rendered only; the workbench launches vLLM."
-        return f"{head}\n```bash\n{p.shell_command()}\n```"
+        text = f"{head}\n```bash\n{p.shell_command()}\n```"
+        problems = page_plan_problems(p)
+        return text + ("\n\n⚠ **Launch will refuse this plan:** " + "; ".join(problems) + "." if problems else "")
 
     plan_state.change(show_plan, plan_state, plan_md)
 
@@ -142,7 +184,9 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
                 raise gr.Error(f"A server is already {running.status.value} at {running.base_url}: stop it first.")
             slot.build_messages = []
             try:
-                handle = server.launch(LaunchPlan.from_dict(plan), state_dir=slot.state_dir,
+                launch_plan = checked_page_plan(plan, slot.build_messages.append)
+                # Loopback, whatever the plan says: the page never chooses where the server listens.
+                handle = server.launch(launch_plan, host=server.DEFAULT_HOST, state_dir=slot.state_dir,
                                          progress=slot.build_messages.append, stop_at_exit=not keep_on_exit)
             except WorkbenchError as exc:
                 raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
@@ -166,8 +210,10 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
         return (*refresh(), gr.Timer(active=True))
 
     outputs = [status, phases, log, timer]
-    launch_btn.click(do_launch, [plan_state, keep], outputs, concurrency_limit=1, concurrency_id="launch")
-    stop_btn.click(do_stop, None, outputs)
-    attach_btn.click(do_attach, [attach_url, attach_key], outputs)
-    timer.tick(refresh, None, [status, phases, log], show_progress="hidden")
+    # Not in the app's API (docs, gradio_client): see SERVER_CONTROLS_NOTE.
+    private = {"api_visibility": "private"}
+    launch_btn.click(do_launch, [plan_state, keep], outputs, concurrency_limit=1, concurrency_id="launch", **private)
+    stop_btn.click(do_stop, None, outputs, **private)
+    attach_btn.click(do_attach, [attach_url, attach_key], outputs, **private)
+    timer.tick(refresh, None, [status, phases, log], show_progress="hidden", **private)
     return tab

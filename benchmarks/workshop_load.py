@@ -1,0 +1,145 @@
+"""N scripted attendees against the workshop app, served by the fixed-rate server.
+
+    python benchmarks/workshop_load.py --attendees 32 --rate 50 --tokens 1024
+
+Starts the fixed-rate server (tests/helpers, its own process) and
+`python -m workbench workshop --attach` (its own process), signs N attendees in
+through /join, and has each send one message through gradio_client's `chat` at
+the same moment. For each attendee it prints: send -> the request reaching the
+server (the server's arrival stamp), the server's last token -> the attendee
+holding the whole answer, and whether the answer was their own (the server echoes
+each attendee's tag). Then the app's CPU while idle and during the run, and
+/proc/loadavg (other load on the machine distorts the figures). All stamps are
+time.monotonic_ns, one clock for every process on Linux.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers.fixed_rate_server import FixedRateServer  # noqa: E402
+from workbench.server import free_port  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def wait_up(url: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"the workshop app did not answer at {url}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--attendees", type=int, default=32)
+    parser.add_argument("--rate", type=float, default=50.0, help="decode tok/s of each answer")
+    parser.add_argument("--tokens", type=int, default=1024, help="tokens per answer (the room's max_tokens cap)")
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="messages each attendee sends, all at once each round (the table shows each round)")
+    args = parser.parse_args()
+    from gradio_client import Client
+
+    code = "bench-room"
+    port = free_port()
+    state = ROOT / ".state" / "workshop-load"
+    with FixedRateServer(decode_rate=args.rate, echo=True).in_subprocess() as vllm_url:
+        env = {**os.environ, "WORKBENCH_ROOM_CODE": code, "PYTHONPATH": str(ROOT)}
+        app = subprocess.Popen([sys.executable, "-m", "workbench", "workshop", "--attach", vllm_url,
+                                "--app-port", str(port), "--max-tokens", str(args.tokens), "--hardware", "cpu",
+                                "--state-dir", str(state)],
+                               cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_up(base)
+            time.sleep(3)
+            idle0, t0 = cpu_seconds(app.pid), time.monotonic()
+            time.sleep(args.idle_seconds)
+            idle = (cpu_seconds(app.pid) - idle0) / (time.monotonic() - t0)
+            clients = []
+            for i in range(args.attendees):
+                r = httpx.post(base + "/join", data={"name": f"attendee {i:02d}", "code": code})
+                token = r.cookies["workbench_attendee"]
+                clients.append(Client(base + "/", headers={"Cookie": f"workbench_attendee={token}"}, verbose=False))
+            rounds = []
+            for round_number in range(args.rounds):
+                results: dict[int, dict] = {}
+                start = threading.Barrier(args.attendees + 1)
+
+                def attendee(i: int) -> None:
+                    start.wait()
+                    sent = time.monotonic_ns()
+                    try:
+                        answer, _ = clients[i].submit(f"a{i:02d}r{round_number}- tell me something",
+                                                      api_name="/chat").result()
+                        results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer}
+                    except Exception as exc:  # reported in the table
+                        results[i] = {"sent": sent, "done": time.monotonic_ns(), "error": repr(exc)[:80]}
+
+                threads = [threading.Thread(target=attendee, args=(i,)) for i in range(args.attendees)]
+                for t in threads:
+                    t.start()
+                cpu0, w0 = cpu_seconds(app.pid), time.monotonic()
+                start.wait()
+                for t in threads:
+                    t.join(600)
+                busy = (cpu_seconds(app.pid) - cpu0) / (time.monotonic() - w0)
+                rounds.append((results, busy))
+            timings = {t["tag"]: t for t in httpx.get(vllm_url + "/timings").json()}
+        finally:
+            app.terminate()
+            app.wait(20)
+    print(f"{args.attendees} attendees, {args.tokens} tokens at {args.rate:g} tok/s each; "
+          f"app CPU idle {idle * 100:.1f} % of a core")
+    failed = 0
+    for round_number, (results, busy) in enumerate(rounds):
+        print(f"round {round_number + 1}\n{'attendee':>9} {'send->server (s)':>17} {'last token->answer (s)':>23}  own answer")
+        worst_arrival = worst_answer = 0.0
+        bad = errors = 0
+        for i in range(args.attendees):
+            tag = f"a{i:02d}r{round_number}-"
+            r = results.get(i, {"error": "no result"})
+            t = timings.get(tag)
+            if "error" in r or t is None:
+                errors += 1
+                print(f"{i:>9} {'error: ' + r.get('error', 'never reached the server')}")
+                continue
+            arrival = (t["arrival_ns"] - r["sent"]) / 1e9
+            tail = (r["done"] - t["last_sent_ns"]) / 1e9
+            words = r["answer"].split()
+            own = bool(words) and words[0] == f"{tag}0" and f"{tag}{args.tokens - 1}" in words
+            others = any(not w.startswith(tag) for w in words)
+            bad += (not own) or others
+            worst_arrival, worst_answer = max(worst_arrival, arrival), max(worst_answer, tail)
+            print(f"{i:>9} {arrival:>17.3f} {tail:>23.3f}  {'yes' if own and not others else 'NO'}")
+        print(f"round {round_number + 1}: worst send->server {worst_arrival:.3f} s; worst last token->answer "
+              f"{worst_answer:.3f} s; errors {errors}; wrong answers {bad}; app CPU {busy * 100:.0f} % of a core")
+        failed += errors + bad
+    print(f"/proc/loadavg: {Path('/proc/loadavg').read_text().strip()}")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Workshop mode in a real browser: the presenter's Room tab and 4 attendee pages in one
+Chromium. Attendees sign in at /join and chat (the fixed-rate server answers, so its
+/metrics counters move); the Room tab lists the 4 of them and a non-zero decode rate."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.test_ui_browser import CHROMIUM_ARGS, _wait_for, browser  # noqa: F401  (the module's fixture)
+
+pytestmark = pytest.mark.browser
+CODE, PASSWORD = "ROOM-2222", "pw-for-the-presenter"
+NAMES = ["Ada", "Grace", "Alan", "Barbara"]
+
+
+@pytest.fixture(scope="module")
+def room_url(tmp_path_factory):
+    import uvicorn
+
+    from tests.helpers.fixed_rate_server import FixedRateServer
+    from workbench.server import attach, free_port
+    from workbench.ui.workshop_server import build_workshop
+    from workbench.workshop import RoomLimits, WorkshopSettings
+
+    fixed = FixedRateServer(decode_rate=20, echo=True).start()
+    state = tmp_path_factory.mktemp("room-state")
+    settings = WorkshopSettings("127.0.0.1", free_port(), CODE, ("presenter", PASSWORD))
+    built = build_workshop(settings, state_dir=state, limits=RoomLimits(True, 400), default_hardware="cpu")
+    built.presenter.slot.handle = attach(fixed.base_url, state_dir=state)
+    server = uvicorn.Server(uvicorn.Config(built.app, host="127.0.0.1", port=settings.port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{settings.port}"
+    _wait_for(lambda: _up(base), 30, "the workshop app")
+    yield base
+    server.should_exit = True
+    thread.join(10)
+    fixed.stop()
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(base + "/healthz").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_room_tab_shows_four_attendees_chatting(browser, room_url, artifacts_dir):  # noqa: F811
+    presenter = browser.new_context().new_page()
+    presenter.goto(room_url + "/presenter/")
+    presenter.fill("input[type=text]", "presenter")
+    presenter.fill("input[type=password]", PASSWORD)
+    presenter.keyboard.press("Enter")
+    presenter.get_by_role("tab", name="Room").click()
+    pages = []
+    for name in NAMES:
+        page = browser.new_context().new_page()  # each attendee its own cookies
+        page.goto(room_url + "/")
+        assert page.url.endswith("/join")
+        page.fill("#join-name", name)
+        page.fill("#join-code", CODE)
+        page.click("#join-submit")
+        page.wait_for_selector("#chat-input textarea")
+        _wait_for(lambda p=page, n=name: n in p.locator("#attendee-who").inner_text(), 20, f"{name} signed in")
+        pages.append(page)
+    for name, page in zip(NAMES, pages):
+        page.locator("#chat-input textarea").fill(f"{name}: hello")
+        page.locator("#chat-send").click()
+    table = presenter.locator("#room-attendees")
+    _wait_for(lambda: all(n in table.inner_text() for n in NAMES) and "answering" in table.inner_text(),
+              30, "the 4 attendees answering in the Room tab", presenter, artifacts_dir / "room-timeout.png")
+    server_line = presenter.locator("#room-server")
+    rate = _wait_for(lambda: re.search(r"decode \*?\*?([\d.]+) tok/s", server_line.inner_text().replace("**", ""))
+                     and float(re.search(r"decode ([\d.]+) tok/s", server_line.inner_text().replace("**", "")).group(1)) > 0
+                     and server_line.inner_text(), 30, "a non-zero decode rate", presenter,
+                     artifacts_dir / "room-rate-timeout.png")
+    assert "tok/s" in rate
+    presenter.screenshot(path=str(artifacts_dir / "workshop-room.png"), full_page=True)
+    # Each attendee sees their own answer, and the message box was emptied on send.
+    for name, page in zip(NAMES, pages):
+        _wait_for(lambda p=page, n=name: f"{n}:5" in p.locator("#chatbot").inner_text(), 30, f"{name}'s answer")
+        assert page.locator("#chat-input textarea").input_value() == ""
+        other = [n for n in NAMES if n != name]
+        assert not any(f"{n}:1" in page.locator("#chatbot").inner_text() for n in other)
+    pages[0].screenshot(path=str(artifacts_dir / "workshop-attendee.png"), full_page=True)

@@ -1,0 +1,189 @@
+"""The attendee app (`/` of a workshop): the chat, a read-only throughput strip, the
+attendee's own history, export and Stop of their own turn.
+
+It holds only attendee functions. Gradio runs any event of a Blocks for a raw
+caller who knows its fn_index (api_visibility only hides it from the docs), so
+nothing here may act on the server or on another attendee: every handler reads
+the attendee's name from the signed sign-in (`request.username`, set by the
+workshop server's auth_dependency) and works on that attendee's own state. The
+one documented endpoint is `chat`: a message in, (answer, conversation) streamed out.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import gradio as gr
+
+from workbench.chat import Conversation, TurnTranscript
+from workbench.errors import WorkbenchError
+from workbench.metrics import ThroughputFigures
+from workbench.ui.chat_render import stats_markdown, tools_text, turn_messages
+from workbench.ui.throughput_tab import strip_markdown
+from workbench.workshop import AttendeeChat, Room, RoomChat
+
+__all__ = ["TICK_S", "build_attendee_blocks", "conversation_messages"]
+
+TICK_S = 2.0  # the page's timer: throughput strip, presence, the presenter's broadcasts
+PRIVATE: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+
+
+def conversation_messages(conversation: Conversation) -> list[dict[str, Any]]:
+    """A kept conversation as chatbot messages (after a reload)."""
+    out: list[dict[str, Any]] = []
+    for message in conversation.messages:
+        if message.role == "user":
+            out.append({"role": "user", "content": message.content})
+        elif message.role == "assistant":
+            if message.reasoning:
+                out.append({"role": "assistant", "content": message.reasoning,
+                            "metadata": {"title": "Thinking", "status": "done"}})
+            for call in message.tool_calls:
+                out.append({"role": "assistant", "content": f"```json\n{call.arguments}\n```",
+                            "metadata": {"title": f"Tool call · {call.name}", "status": "done"}})
+            if message.content:
+                out.append({"role": "assistant", "content": message.content})
+    return out
+
+
+def _refusal(exc: WorkbenchError) -> gr.Error:
+    text = exc.message + (f" {exc.hint}" if exc.hint else "")
+    return gr.Error(html.escape(text), print_exception=False)
+
+
+def build_attendee_blocks(room: Room, room_chat: RoomChat,
+                          figures: Callable[[], ThroughputFigures | None]) -> gr.Blocks:
+    """The attendees' Blocks. `figures()` gives the server's latest /metrics figures (shared)."""
+
+    def signed_in(request: gr.Request) -> str:
+        name = getattr(request, "username", None)
+        if not name or not room.is_signed_in(name):
+            raise gr.Error("You are not signed in to this room: reload the page to sign in.", print_exception=False)
+        return str(name)
+
+    with gr.Blocks(title="Nemotron workshop", analytics_enabled=False) as demo:
+        state = gr.State(AttendeeChat())
+        with gr.Row():
+            who = gr.Markdown(elem_id="attendee-who")
+            strip = gr.Markdown(strip_markdown(None), elem_id="attendee-strip")
+        notice = gr.Markdown(elem_id="attendee-notice")
+        with gr.Row():
+            with gr.Column(scale=3):
+                chatbot = gr.Chatbot(elem_id="chatbot", height=520, buttons=["copy"], label="Conversation",
+                                     group_consecutive_messages=False)
+                message = gr.Textbox(placeholder="Ask something… (Enter to send)", show_label=False,
+                                     elem_id="chat-input", lines=1)
+                with gr.Row():
+                    send = gr.Button("Send", variant="primary", elem_id="chat-send")
+                    stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
+                    clear = gr.Button("Clear", elem_id="chat-clear")
+                    export = gr.DownloadButton("Export JSON", elem_id="chat-export")
+                with gr.Accordion("Options", open=False):
+                    with gr.Row():
+                        reasoning = gr.Checkbox(True, label="Reasoning (enable_thinking)")
+                        tools = gr.Checkbox(False, label="Tools (needs the server's tool parser)")
+                        max_tokens = gr.Number(None, precision=0, label="Max tokens (empty: the room's cap)")
+            with gr.Column(scale=2):
+                stats = gr.Markdown("*No turn yet.*", elem_id="chat-stats")
+                answer = gr.Markdown(label="Answer", elem_id="answer-panel")
+                reasoning_panel = gr.Textbox(label="Reasoning trace (this turn)", lines=10, max_lines=16,
+                                             interactive=False, elem_id="reasoning-panel", autoscroll=True)
+                tools_panel = gr.Code(label="Tool-call trace (this turn)", language="json", lines=8,
+                                      interactive=False, elem_id="tools-panel")
+        broadcast = gr.Textbox(visible="hidden", elem_id="attendee-broadcast")
+        timer = gr.Timer(TICK_S)
+
+        async def run(text: str, chat: AttendeeChat, name: str) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+            try:
+                shown: list[dict[str, Any]] = chat.display
+                async for transcript in room_chat.turn(chat, name, text):
+                    shown = chat.display + turn_messages(transcript)
+                    yield transcript.answer_text(), shown
+                chat.display = shown
+            except WorkbenchError as exc:
+                raise _refusal(exc) from exc
+
+        async def chat_fn(text: str, chat: AttendeeChat, request: gr.Request):
+            """Send a message; streams (the answer so far, the whole conversation)."""
+            async for update in run(text, chat, signed_in(request)):
+                yield update
+
+        async def broadcast_fn(value: str, chat: AttendeeChat, request: gr.Request):
+            name = signed_in(request)
+            head, _, text = (value or "").partition("\n")
+            if not head.isdigit() or int(head) != chat.seen_broadcast or not text:
+                return
+            async for update in run(text, chat, name):
+                yield update
+
+        def after_turn(chat: AttendeeChat, request: gr.Request):
+            signed_in(request)
+            last: TurnTranscript | None = chat.last
+            path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
+            with path:
+                json.dump(chat.conversation().to_dict(), path, indent=2)
+            if last is None:
+                return "", "", "*No turn yet.*", path.name
+            return last.reasoning_text(), tools_text(last), stats_markdown(last) or "*Stopped.*", path.name
+
+        def stop_fn(chat: AttendeeChat, request: gr.Request) -> None:
+            room_chat.stop(chat, signed_in(request))
+
+        def clear_fn(chat: AttendeeChat, request: gr.Request):
+            room_chat.clear(chat, signed_in(request))
+            return [], "", "", "", "*No turn yet.*"
+
+        def set_options(use_reasoning: bool, use_tools: bool, tokens: float | None, chat: AttendeeChat,
+                        request: gr.Request) -> None:
+            chat.bind(signed_in(request))
+            chat.options.reasoning = bool(use_reasoning)
+            chat.options.use_tools = bool(use_tools)
+            chat.options.max_tokens = int(tokens) if tokens and tokens > 0 else None
+
+        def on_load(chat: AttendeeChat, request: gr.Request):
+            name = signed_in(request)
+            room.sign_in(name)
+            room_chat.restore(chat, name)
+            chat.seen_broadcast = room.latest_broadcast_id()  # broadcasts reach pages open when they are sent
+            chat.display = conversation_messages(chat.conversation())
+            cap = room.limits.max_tokens
+            return (f"Signed in as **{html.escape(name)}** · [Sign out](/leave)",
+                    f"*Answers are capped at {cap} tokens.*" if cap else "", chat.display)
+
+        def tick(chat: AttendeeChat, request: gr.Request):
+            name = getattr(request, "username", None)
+            if not name or not room.is_signed_in(name) or chat.name not in (None, name):
+                return gr.skip(), "⚠ You are signed out: reload the page to sign in again.", gr.skip()
+            room.seen(str(name))
+            pending = room.pending_broadcast(chat.seen_broadcast)
+            box: Any = gr.skip()
+            note: Any = gr.skip()
+            if pending is not None:
+                chat.seen_broadcast = pending.id
+                box = f"{pending.id}\n{pending.text}"
+                note = f"📣 The presenter sent everyone a prompt: *{html.escape(pending.text[:200])}*"
+            return strip_markdown(figures()), note, box
+
+        chat_outputs = [answer, chatbot]
+        panels = [reasoning_panel, tools_panel, stats, export]
+        sent = [send.click, message.submit]
+        gr.on(sent, chat_fn, [message, state], chat_outputs, api_name="chat", api_description=(
+            "Send a message to the model as the signed-in attendee; streams (the answer so far, "
+            "the conversation as chat messages)."), concurrency_limit=None, show_progress="hidden").then(
+            after_turn, state, panels, **PRIVATE)
+        # Empties the box in the browser (no round trip); the chat event above already holds the message.
+        gr.on(sent, None, None, message, js="() => ''", queue=False, **PRIVATE)
+        broadcast.change(broadcast_fn, [broadcast, state], chat_outputs, concurrency_limit=None, **PRIVATE).then(
+            after_turn, state, panels, **PRIVATE)
+        stop.click(stop_fn, state, None, queue=False, **PRIVATE)
+        clear.click(clear_fn, state, [chatbot, answer, reasoning_panel, tools_panel, stats], queue=False, **PRIVATE)
+        for option in (reasoning, tools):
+            option.change(set_options, [reasoning, tools, max_tokens, state], None, queue=False, **PRIVATE)
+        max_tokens.blur(set_options, [reasoning, tools, max_tokens, state], None, queue=False, **PRIVATE)
+        timer.tick(tick, state, [strip, notice, broadcast], queue=False, **PRIVATE)
+        demo.load(on_load, state, [who, notice, chatbot], queue=False, **PRIVATE)
+    return demo

@@ -1,0 +1,83 @@
+"""How a workshop is served: where it listens, the room code, the presenter's login.
+
+The secrets come from the command line or the environment (WORKBENCH_ROOM_CODE,
+WORKBENCH_PRESENTER_AUTH). They are taken out of the environment once read, so
+no child (vLLM, Docker) inherits them, and nothing here prints them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+
+from workbench.errors import InputError, WorkbenchError
+
+__all__ = ["LOOPBACK_HOSTS", "ROOM_CODE_ENV", "PRESENTER_AUTH_ENV", "WorkshopSettings", "settings_from"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+ROOM_CODE_ENV = "WORKBENCH_ROOM_CODE"
+PRESENTER_AUTH_ENV = "WORKBENCH_PRESENTER_AUTH"
+MIN_ROOM_CODE = 4
+
+
+@dataclass(frozen=True)
+class WorkshopSettings:
+    host: str = "127.0.0.1"
+    port: int = 7860
+    room_code: str | None = field(default=None, repr=False)
+    presenter_auth: tuple[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def exposed(self) -> bool:
+        return self.host not in LOOPBACK_HOSTS
+
+    def attendee_url(self) -> str:
+        host = self.host
+        if host in ("0.0.0.0", "::"):
+            host = socket.gethostname()
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/"
+
+    def presenter_url(self) -> str:
+        return self.attendee_url() + "presenter/"
+
+    def check(self) -> None:
+        """Refuse a room anyone on the network could use without the code, or drive without the login."""
+        if self.room_code is not None and len(self.room_code) < MIN_ROOM_CODE:
+            raise InputError(f"The room code must be at least {MIN_ROOM_CODE} characters long.",
+                             hint=f"Choose a longer one (--room-code or {ROOM_CODE_ENV}).")
+        if not self.exposed:
+            return
+        missing = [what for what, value in (("a room code", self.room_code), ("a presenter login", self.presenter_auth))
+                   if value is None]
+        if missing:
+            raise WorkbenchError(
+                f"Refusing to serve the workshop on {self.host} without {' and '.join(missing)}: anyone who can "
+                "reach this machine could chat with the model, or start and stop its server.",
+                hint=f"Set {ROOM_CODE_ENV} and {PRESENTER_AUTH_ENV}=user:password (or pass --room-code and "
+                "--presenter-auth), or bind 127.0.0.1.")
+
+
+def _presenter_auth(value: str | None) -> tuple[str, str] | None:
+    if not value:
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password:
+        raise InputError("The presenter login must look like user:password.",
+                         hint=f"For example {PRESENTER_AUTH_ENV}=presenter:some-long-password")
+    return user, password
+
+
+def settings_from(host: str, port: int, room_code: str | None = None, presenter_auth: str | None = None,
+                  environ: MutableMapping[str, str] | None = None) -> WorkshopSettings:
+    """Settings from the flags, else the environment; the variables are removed from `environ`."""
+    env = os.environ if environ is None else environ
+    code_env = env.pop(ROOM_CODE_ENV, None)
+    auth_env = env.pop(PRESENTER_AUTH_ENV, None)
+    code = (room_code or code_env or "").strip() or None
+    settings = WorkshopSettings(host, port, code, _presenter_auth(presenter_auth or auth_env))
+    settings.check()
+    return settings
