@@ -299,6 +299,7 @@ async def fetch_model(session: aiohttp.ClientSession, base_url: str) -> tuple[st
     if not isinstance(model_id, str):
         raise WorkbenchError(f"{base_url}/v1/models names its model {model_id!r}, not a string.",
                              hint="Give the served model's name with --model.")
+    assert first is not None  # model_id came from it
     return model_id, _int_or_none(first.get("max_model_len"))
 
 

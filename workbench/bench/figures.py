@@ -67,8 +67,8 @@ def _nice_max(value: float) -> float:
     step = 10 ** math.floor(math.log10(value))
     for m in (1, 2, 2.5, 5, 10):
         if m * step >= value:
-            return m * step
-    return 10 * step
+            return float(m * step)
+    return float(10 * step)
 
 
 def _num(value: float) -> str:

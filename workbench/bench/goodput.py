@@ -80,7 +80,7 @@ def parse_goodput(spec: str | Sequence[str] | dict[str, float] | None) -> dict[s
             raise InputError(f"Unknown goodput metric {key!r}.",
                              hint="Use ttft, ttfo, tpot, e2el (ms), or aiperf's tags: " + ", ".join(_BY_TAG) + ".")
         try:
-            value = float(raw)  # type: ignore[arg-type]
+            value = float(raw)
         except (TypeError, ValueError):
             raise InputError(f"Goodput objective {key!r} needs a number, as in {key}:500 (got {raw!r}).",
                              hint='Write --goodput "ttft:500 tpot:30" (times in ms, rates in tok/s).') from None
@@ -111,7 +111,8 @@ class Goodput:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Goodput:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        fields: dict[str, Any] = {k: data.get(k) for k in cls.__dataclass_fields__}
+        return cls(**fields)
 
 
 def _is_good(record: RequestRecord, slos: dict[str, float]) -> bool:

@@ -53,7 +53,8 @@ class ClientLag:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClientLag:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        fields: dict[str, Any] = {k: data.get(k) for k in cls.__dataclass_fields__}
+        return cls(**fields)
 
 
 class LagProbe:

@@ -153,11 +153,14 @@ def format_result(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
+def _load_shape(r: BenchResult) -> tuple[int, int, int, float | None]:
+    return (r.config.input_tokens, r.config.output_tokens, r.config.concurrency, r.config.request_rate)
+
+
 def format_comparison(a: BenchResult, b: BenchResult) -> str:
     lines = [f"A: {a.label}  ({a.config.input_tokens}/{a.config.output_tokens}, concurrency {a.config.concurrency})"]
     lines.append(f"B: {b.label}  ({b.config.input_tokens}/{b.config.output_tokens}, concurrency {b.config.concurrency})")
-    shape = lambda r: (r.config.input_tokens, r.config.output_tokens, r.config.concurrency, r.config.request_rate)  # noqa: E731
-    if shape(a) != shape(b):
+    if _load_shape(a) != _load_shape(b):
         lines.append("WARNING: the two runs had different loads; the comparison is not like for like.")
     lines.append(f"{'':<26}{'unit':>7}{'A':>12}{'B':>12}{'B vs A':>10}")
     for row in compare_results(a, b):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,7 @@ def load_result(path: Path | str) -> BenchResult:
         ) from exc
 
 
-_COMPARED = (
+_COMPARED: tuple[tuple[str, str, Callable[[Summary], float | None]], ...] = (
     ("requests", "requests", lambda s: s.requests),
     ("errors", "errors", lambda s: s.errors),
     ("output tok/s", "tok/s", lambda s: s.output_tok_s),

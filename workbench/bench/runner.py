@@ -187,6 +187,7 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         lag = probe.stop()
         records = outcome.records
         summary = summarize(records, config.goodput)
+        after_problem: str | None
         if outcome.stopped and outcome.stopped.startswith("the server"):
             after, after_problem = None, "not read: the server stopped answering"
         else:

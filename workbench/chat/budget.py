@@ -17,8 +17,8 @@ from workbench.chat.options import ChatOptions, deep_merge
 __all__ = ["continuation_body", "continuation_prompt_ids"]
 
 
-async def continuation_prompt_ids(client: Any, base_url: str, model: str, messages: list[dict],
-                                  tools: list[dict], reasoning: str, answer_so_far: str) -> list[int]:
+async def continuation_prompt_ids(client: Any, base_url: str, model: str, messages: list[dict[str, Any]],
+                                  tools: list[dict[str, Any]], reasoning: str, answer_so_far: str) -> list[int]:
     """The token ids of the prompt, the reasoning so far, `</think>` and the answer so far."""
     template_kwargs: dict[str, Any] = {"enable_thinking": True}
     if tools:

@@ -24,14 +24,14 @@ class ToolCall:
     name: str
     arguments: str  # the JSON text, as the model wrote it
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -47,7 +47,7 @@ class Message:
     name: str | None = None  # the tool's name on role "tool"
     stats: TurnStats | None = None  # on the last assistant message of a turn
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         """The message as sent to the server (reasoning dropped, as the model card asks)."""
         wire: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
@@ -58,7 +58,7 @@ class Message:
                 wire["name"] = self.name
         return wire
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "role": self.role,
             "content": self.content,
@@ -95,10 +95,10 @@ CONVERSATION_FORMAT = "workbench-conversation/1"
 class Conversation:
     messages: list[Message] = field(default_factory=list)
 
-    def to_wire(self) -> list[dict]:
+    def to_wire(self) -> list[dict[str, Any]]:
         return [m.to_wire() for m in self.messages]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"format": CONVERSATION_FORMAT, "messages": [m.to_dict() for m in self.messages]}
 
     @classmethod

@@ -62,7 +62,7 @@ FinishReason = str
 
 @dataclass(frozen=True)
 class _Event:
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["kind"] = self.kind  # type: ignore[attr-defined]
         return data
@@ -105,7 +105,7 @@ class ToolCallComplete(_Event):
     index: int
     id: str
     name: str
-    arguments: dict | None  # parsed JSON object, or None when it did not parse
+    arguments: dict[str, Any] | None  # parsed JSON object, or None when it did not parse
     raw_arguments: str
     parse_error: str | None = None
     kind: Literal["tool_call_complete"] = "tool_call_complete"
@@ -116,7 +116,7 @@ class ToolResult(_Event):
     step: int
     call_id: str
     name: str
-    arguments: dict
+    arguments: dict[str, Any]
     result: Any = None
     error: str | None = None
     seconds: float = 0.0
@@ -154,7 +154,7 @@ class Usage:
             reasoning,
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
@@ -187,7 +187,7 @@ class TurnStats:
     # tokens are then counted from the streamed deltas, which vLLM sends one token each.
     usage_complete: bool = True
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod

@@ -31,7 +31,7 @@ class ChatOptions:
     use_tools: bool = True  # offer the session's tools (when it has any)
     max_tool_steps: int = 5  # rounds of tool calls per turn
     include_usage: bool = True  # stream_options.include_usage
-    extra_body: dict = field(default_factory=dict)  # merged into every request
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request
 
     def __post_init__(self) -> None:
         problems = []
@@ -52,7 +52,7 @@ class ChatOptions:
             raise WorkbenchError("Invalid chat options: " + "; ".join(problems) + ".",
                                  hint="Change the values named above.")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
@@ -67,13 +67,13 @@ class RequestInfo:
     turn: int  # 0 for the session's first turn
     step: int  # 0, then one more after each round of tool calls
     kind: Literal["chat", "continuation"]  # continuation: the client-side budget's second request
-    messages: list[dict]
+    messages: list[dict[str, Any]]
 
 
 RequestHook = Callable[[RequestInfo], Mapping[str, Any] | None]
 
 
-def deep_merge(base: dict, extra: Mapping[str, Any]) -> dict:
+def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), dict):

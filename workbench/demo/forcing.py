@@ -15,6 +15,7 @@ import dataclasses
 import json
 import shlex
 from collections.abc import Mapping
+from typing import Any
 
 from workbench.demo.models import FORCING_MODEL_NAME
 from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, render
@@ -54,7 +55,7 @@ def reasoning_then_tool_call(reasoning: str, name: str, arguments: Mapping[str, 
     )
 
 
-def forcing_extra_body(text: str, special_token_ids: Mapping[str, int]) -> dict:
+def forcing_extra_body(text: str, special_token_ids: Mapping[str, int]) -> dict[str, Any]:
     """Request fields that force `text` (pass as the OpenAI SDK's `extra_body`)."""
     return {
         "structured_outputs": {"regex": regex_for_exact_text(text)},
@@ -82,8 +83,10 @@ def forcing_plan(catalog: Catalog | None = None, *, port: int | None = None) -> 
     tool-call parsers can be shown on a CPU; it is not a recipe of its own.
     """
     catalog = catalog or load_catalog()
-    plan = render(Selection(hardware="cpu", served_model_name=FORCING_MODEL_NAME,
-                            extra=[shlex.join(FORCING_SERVER_FLAGS)], **({"port": port} if port else {})), catalog)
+    selection = Selection(hardware="cpu", served_model_name=FORCING_MODEL_NAME, extra=[shlex.join(FORCING_SERVER_FLAGS)])
+    if port:
+        selection = dataclasses.replace(selection, port=port)
+    plan = render(selection, catalog)
     argv = [plan.argv[0], plan.argv[1], FORCING_MODEL_NAME, *plan.argv[3:]]
     return dataclasses.replace(
         plan, argv=argv, model_id=FORCING_MODEL_NAME, local_build=FORCING_MODEL_NAME,

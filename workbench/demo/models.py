@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workbench.errors import WorkbenchError
 
@@ -92,18 +93,19 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _read_marker(path: Path) -> dict | None:
+def _read_marker(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((path / MARKER).read_text())
+        data = json.loads((path / MARKER).read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def _print(message: str) -> None:
     print(message, flush=True)
 
 
-def _import_transformers():
+def _import_transformers() -> tuple[Any, Any]:
     try:
         import torch
         import transformers
@@ -192,7 +194,7 @@ def build_demo_model(
     return BuiltModel(DEMO_MODEL_NAME, dest, DEMO_MODEL_ID, True, seconds)
 
 
-def _greedy_check(path: Path, torch, transformers) -> str:
+def _greedy_check(path: Path, torch: Any, transformers: Any) -> str:
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     messages = [{"role": "user", "content": "What is the capital of France?"}]
@@ -201,7 +203,7 @@ def _greedy_check(path: Path, torch, transformers) -> str:
     )
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=16, do_sample=False)
-    return tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+    return str(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
 
 
 # ChatML with tools (qwen3_coder's XML call format) and enable_thinking, for the
@@ -332,4 +334,4 @@ def special_token_ids(model_dir: Path) -> dict[str, int]:
             f"{model_dir} is not a forcing model built by the workbench.",
             hint="Build it with workbench.demo.models.build_forcing_model().",
         )
-    return ids
+    return {str(name): int(token_id) for name, token_id in ids.items()}

@@ -306,7 +306,7 @@ def derive_figures(snapshots: Sequence[Snapshot]) -> ThroughputFigures:
     figures["not_reported"] = tuple(
         name for name, source in _SOURCES.items() if source not in sample_names
     )
-    return ThroughputFigures(**figures)
+    return ThroughputFigures(**figures)  # type: ignore[arg-type]  # keys are the fields, built above
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

@@ -57,7 +57,7 @@ def _whole(value: float | int | str | None, what: str) -> int | None:
     if value in (None, ""):
         return None
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} must be a whole number, not {value!r}.") from exc
     if not number.is_integer():

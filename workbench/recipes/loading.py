@@ -271,6 +271,7 @@ def _load_taxonomy(path: Path) -> dict[str, HardwareProfile]:
     if not isinstance(profiles, dict):
         p.add("hardware_profiles", "a mapping of hardware id -> profile", profiles)
         p.raise_if_any()
+        return {}  # not reached: the problem above raised
     out: dict[str, HardwareProfile] = {}
     for hid, prof in profiles.items():
         base = f"hardware_profiles.{hid}"

@@ -114,7 +114,7 @@ def default_hardware(catalog: Catalog, recipe: Recipe) -> str:
     ids = [h.id for h in ok]
     authored = recipe.meta.get("default_hardware")
     if authored in ids:
-        return authored
+        return str(authored)
     for v in recipe.variants.values():
         c = constraint(v) or {}
         if c.get("generation") == "blackwell":
@@ -163,8 +163,8 @@ def feature_mode(feat: Mapping[str, Any], key: str, vname: str, variant: Mapping
         return None
     for cand in (picked, (variant.get("default_modes") or {}).get(key), feat.get("default_mode")):
         if cand and cand in allowed:
-            return cand
-    return allowed[0]
+            return str(cand)
+    return str(allowed[0])
 
 
 def mode_allowed(mode: Mapping[str, Any], vname: str, hw: HardwareProfile) -> bool:
@@ -207,7 +207,7 @@ def resolve_variant(r: Resolver, recipe: Recipe, hw: HardwareProfile, preset: Pr
         why += f"; falling back to {fallback}"
     elif sel.variant not in recipe.variants:
         why = f"{recipe.title} has no {sel.variant!r} variant (variants: {', '.join(names)})"
-    return r.choose("variant", sel.variant, runs, names, fallback, why)
+    return str(r.choose("variant", sel.variant, runs, names, fallback, why))
 
 
 def strategy_fits(recipe: Recipe, s: Strategy, hw: HardwareProfile, nodes: int) -> str | None:

@@ -195,7 +195,7 @@ def download_weights(model_id: str, *, progress: Callable[[str], None] = print, 
             self._told = -1
 
         def update(self, n: float | None = 1) -> bool | None:
-            out = super().update(n)
+            out: bool | None = super().update(n)
             if self.total and self.unit == "B":
                 tenth = int(10 * self.n / self.total)
                 if tenth != self._told:

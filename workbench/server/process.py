@@ -64,7 +64,7 @@ def cmdline(pid: int) -> str:
 class ProcessGroup:
     """A process group started with start_new_session=True, seen through /proc."""
 
-    def __init__(self, pgid: int, popen: subprocess.Popen | None = None) -> None:
+    def __init__(self, pgid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
         self.pgid = pgid
         self.popen = popen  # set when this process started it (so it must reap it)
 

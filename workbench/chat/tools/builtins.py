@@ -19,7 +19,7 @@ __all__ = ["BUILTIN_FUNCTIONS", "builtin_tools", "calculate_tip", "convert_units
 
 
 
-def current_datetime(timezone: str = "UTC") -> dict:
+def current_datetime(timezone: str = "UTC") -> dict[str, Any]:
     """The current date and time in a timezone.
 
     Args:
@@ -95,7 +95,7 @@ def _quantity_of(unit: str) -> str | None:
     return None
 
 
-def convert_units(value: float, from_unit: str, to_unit: str) -> dict:
+def convert_units(value: float, from_unit: str, to_unit: str) -> dict[str, Any]:
     """Convert a value between units of length, mass, temperature, volume or speed.
 
     Args:
@@ -115,6 +115,7 @@ def convert_units(value: float, from_unit: str, to_unit: str) -> dict:
             hint="Both units must measure the same kind of quantity.",
         )
     quantity = quantities[source]
+    assert quantity is not None  # unknown units raised above
     if quantity == "temperature":
         kelvin = {"c": lambda v: v + 273.15, "f": lambda v: (v - 32) * 5 / 9 + 273.15,
                   "k": lambda v: v}[_TEMPERATURE_CANON[source]](value)
@@ -131,7 +132,7 @@ def convert_units(value: float, from_unit: str, to_unit: str) -> dict:
 # ---------------------------------------------------------------- tip calculator
 
 
-def calculate_tip(bill_total: float, tip_percentage: float, people: int = 1) -> dict:
+def calculate_tip(bill_total: float, tip_percentage: float, people: int = 1) -> dict[str, Any]:
     """Calculate the tip for a restaurant bill and split it between people.
 
     Args:
@@ -160,7 +161,7 @@ def calculate_tip(bill_total: float, tip_percentage: float, people: int = 1) -> 
 # ---------------------------------------------------------------- recipes
 
 
-def recipe_lookup(hardware: str, recipe: str = "", variant: str = "") -> dict:
+def recipe_lookup(hardware: str, recipe: str = "", variant: str = "") -> dict[str, Any]:
     """Look up the exact vllm serve command and flags the workbench's recipes use on a machine.
 
     Args:
@@ -201,7 +202,7 @@ def _match_hardware(asked: str, profiles: Mapping[str, Any]) -> str:
     raise ToolError(f"Unknown hardware {asked!r}.", hint=f"Known machines: {listing}.")
 
 
-def _plan_summary(plan: Any, hardware_id: str) -> dict:
+def _plan_summary(plan: Any, hardware_id: str) -> dict[str, Any]:
     return {
         "hardware": hardware_id,
         "recipe": plan.recipe_id,

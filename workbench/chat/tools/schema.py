@@ -30,7 +30,7 @@ _JSON_TYPES: dict[Any, str] = {
 }
 
 
-def _json_schema_for(hint: Any) -> dict:
+def _json_schema_for(hint: Any) -> dict[str, Any]:
     """JSON schema for one type hint (str, int, float, bool, list[X], dict, Literal, Optional)."""
     if hint is inspect.Parameter.empty or hint is Any:
         return {}
@@ -38,7 +38,7 @@ def _json_schema_for(hint: Any) -> dict:
     args = typing.get_args(hint)
     if origin is typing.Literal:
         values = list(args)
-        schema: dict = {"enum": values}
+        schema: dict[str, Any] = {"enum": values}
         kinds = {type(v) for v in values}
         if len(kinds) == 1 and next(iter(kinds)) in _JSON_TYPES:
             schema["type"] = _JSON_TYPES[next(iter(kinds))]
@@ -96,11 +96,11 @@ class Tool:
 
     name: str
     description: str
-    parameters: dict
+    parameters: dict[str, Any]
     function: Callable[..., Any] = field(repr=False, compare=False)
     timeout_s: float | None = None
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> dict[str, Any]:
         """The entry for the request's `tools` list."""
         return {
             "type": "function",
@@ -111,7 +111,7 @@ class Tool:
             },
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**self.to_openai()["function"], "timeout_s": self.timeout_s}
 
 
@@ -134,7 +134,7 @@ def tool_from_function(
         )
     doc_description, param_docs = _parse_docstring(inspect.getdoc(function))
     hints = typing.get_type_hints(function)
-    properties: dict[str, dict] = {}
+    properties: dict[str, dict[str, Any]] = {}
     required: list[str] = []
     for param in inspect.signature(function).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
