@@ -4,7 +4,8 @@
 
 Starts the fixed-rate server (tests/helpers, its own process) and
 `python -m workbench workshop --attach` (its own process), signs N attendees in
-through /join, and has each send one message through gradio_client's `chat` at
+through /join, and has each send one message through gradio_client's `chat` (the
+attendees spread over --client-processes processes) at
 the same moment. For each attendee it prints: send -> the request reaching the
 server (the server's arrival stamp), the server's last token -> the attendee
 holding the whole answer, and whether the answer was their own (the server echoes
@@ -16,12 +17,14 @@ time.monotonic_ns, one clock for every process on Linux.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -51,6 +54,34 @@ def wait_up(url: str, timeout: float = 120) -> None:
     raise SystemExit(f"the workshop app did not answer at {url}")
 
 
+def client_worker(base: str, tokens: dict[int, str], inbox: Any, outbox: Any) -> None:
+    """One client process: its attendees' sessions, each round sent at the start time it is given."""
+    from gradio_client import Client
+
+    clients = {i: Client(base + "/", headers={"Cookie": f"workbench_attendee={t}"}, verbose=False)
+               for i, t in tokens.items()}
+    outbox.put("ready")
+    while (job := inbox.get()) is not None:
+        round_number, start_at = job
+        results: dict[int, dict[str, Any]] = {}
+
+        def attendee(i: int) -> None:
+            time.sleep(max(0.0, (start_at - time.monotonic_ns()) / 1e9))
+            sent = time.monotonic_ns()
+            try:
+                answer, _ = clients[i].submit(f"a{i:02d}r{round_number}- tell me something", api_name="/chat").result()
+                results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer}
+            except Exception as exc:  # reported in the table
+                results[i] = {"sent": sent, "done": time.monotonic_ns(), "error": repr(exc)[:80]}
+
+        threads = [threading.Thread(target=attendee, args=(i,)) for i in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        outbox.put(results)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attendees", type=int, default=32)
@@ -59,9 +90,9 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1,
                         help="messages each attendee sends, all at once each round (the table shows each round)")
+    parser.add_argument("--client-processes", type=int, default=4,
+                        help="processes the scripted attendees are spread over (one process is itself a bottleneck)")
     args = parser.parse_args()
-    from gradio_client import Client
-
     code = "bench-room"
     port = free_port()
     state = ROOT / ".state" / "workshop-load"
@@ -78,35 +109,37 @@ def main() -> int:
             idle0, t0 = cpu_seconds(app.pid), time.monotonic()
             time.sleep(args.idle_seconds)
             idle = (cpu_seconds(app.pid) - idle0) / (time.monotonic() - t0)
-            clients = []
+            tokens = {}
             for i in range(args.attendees):
                 r = httpx.post(base + "/join", data={"name": f"attendee {i:02d}", "code": code})
-                token = r.cookies["workbench_attendee"]
-                clients.append(Client(base + "/", headers={"Cookie": f"workbench_attendee={token}"}, verbose=False))
+                tokens[i] = r.cookies["workbench_attendee"]
+            # The attendees live in several client processes: one Python process holding 32
+            # gradio_client sessions is itself a bottleneck (GIL), and would be measured as the app's.
+            ctx = multiprocessing.get_context("spawn")
+            outbox = ctx.Queue()
+            workers = []
+            for k in range(args.client_processes):
+                mine = {i: t for i, t in tokens.items() if i % args.client_processes == k}
+                inbox = ctx.Queue()
+                proc = ctx.Process(target=client_worker, args=(base, mine, inbox, outbox), daemon=True)
+                proc.start()
+                workers.append((proc, inbox))
+            for _ in workers:
+                outbox.get(timeout=120)  # "ready": its sessions are open
             rounds = []
             for round_number in range(args.rounds):
-                results: dict[int, dict] = {}
-                start = threading.Barrier(args.attendees + 1)
-
-                def attendee(i: int) -> None:
-                    start.wait()
-                    sent = time.monotonic_ns()
-                    try:
-                        answer, _ = clients[i].submit(f"a{i:02d}r{round_number}- tell me something",
-                                                      api_name="/chat").result()
-                        results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer}
-                    except Exception as exc:  # reported in the table
-                        results[i] = {"sent": sent, "done": time.monotonic_ns(), "error": repr(exc)[:80]}
-
-                threads = [threading.Thread(target=attendee, args=(i,)) for i in range(args.attendees)]
-                for t in threads:
-                    t.start()
+                start_at = time.monotonic_ns() + 500_000_000
                 cpu0, w0 = cpu_seconds(app.pid), time.monotonic()
-                start.wait()
-                for t in threads:
-                    t.join(600)
+                for _, inbox in workers:
+                    inbox.put((round_number, start_at))
+                results: dict[int, dict] = {}
+                for _ in workers:
+                    results.update(outbox.get(timeout=900))
                 busy = (cpu_seconds(app.pid) - cpu0) / (time.monotonic() - w0)
                 rounds.append((results, busy))
+            for proc, inbox in workers:
+                inbox.put(None)
+                proc.join(30)
             timings = {t["tag"]: t for t in httpx.get(vllm_url + "/timings").json()}
         finally:
             app.terminate()
