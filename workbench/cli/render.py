@@ -38,6 +38,11 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="server port (default 8000)")
     g.add_argument("--served-model-name", help="the name clients use as `model`")
     g.add_argument("--max-model-len", type=at_least(1), help="longest context a request may use")
+    g.add_argument("--head-address", metavar="IP",
+                   help="multi-node: the head node's address on the interconnect (fills $HEAD_IP)")
+    g.add_argument("--iface", metavar="NAME",
+                   help="multi-node: the interconnect's network interface, e.g. enp1s0f1np1 "
+                   "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME; `ip -br addr` lists them)")
     g.add_argument("--extra", action="append", default=[], metavar='"FLAGS"',
                    help="extra vllm serve flags, last and winning (may repeat); "
                    "a single flag needs the = form: --extra=--enforce-eager")
@@ -63,6 +68,8 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         max_model_len=args.max_model_len,
         extra=list(args.extra or []),
         preset=args.preset,
+        head_address=args.head_address,
+        iface=args.iface,
     )
 
 
