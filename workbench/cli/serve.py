@@ -13,6 +13,7 @@ from typing import Any
 
 from workbench import server
 from workbench.cli.checks import at_least, port_number, positive_float
+from workbench.cli.serve_nodes import add_node_arguments, has_live_workers, node_lines, serve_nodes_command
 from workbench.errors import LaunchError
 from workbench.server.signals import exit_on_signals
 from workbench.server.state import scan_records, state_root
@@ -44,6 +45,7 @@ def register(subparsers: Any) -> None:
                      help="seconds to wait for the server to be ready (default %(default).0f)")
     how.add_argument("--attach", metavar="URL", help="use a server started elsewhere instead of starting one")
     how.add_argument("--api-key", help="API key of the attached server")
+    add_node_arguments(p)
     p.set_defaults(func=serve_command)
 
     s = subparsers.add_parser("status", help="show the servers the workbench started or attached")
@@ -97,6 +99,8 @@ def serve_command(args: argparse.Namespace) -> int:
     for fallback in plan.fallbacks:
         print(f"note: {fallback.choice} {fallback.asked!r} -> {fallback.used!r}: {fallback.reason}", file=sys.stderr)
     exit_on_signals()  # SIGTERM/SIGHUP: SystemExit, so the atexit handler stops the server
+    if args.workers:
+        return serve_nodes_command(args, plan, print_event)
     handle = server.launch(plan, mode=args.mode, python=args.python, host=args.host,
                            on_event=print_event, stop_at_exit=not args.keep)
     print(f"Log: {handle.log_path}", flush=True)
@@ -126,6 +130,7 @@ def _describe(h: server.ServerProcess, log_lines: int) -> str:
     if h.log_path:
         lines.append(f"  log: {h.log_path}")
     lines += [f"  | {ln}" for ln in h.log_tail(log_lines)] if log_lines else []
+    lines += node_lines(h)
     return "\n".join(lines)
 
 
@@ -146,7 +151,7 @@ def status_command(args: argparse.Namespace) -> int:
 def stop_command(args: argparse.Namespace) -> int:
     targets = [h for h in _servers()
                if (args.port is None or h.port == args.port) and h.status is not server.Status.STOPPED]
-    targets = [h for h in targets if h.is_alive() or h.mode == "attach"]
+    targets = [h for h in targets if h.is_alive() or h.mode == "attach" or has_live_workers(h)]
     if not targets:
         where = f" on port {args.port}" if args.port else ""
         print(f"No server started by the workbench is running{where}.")

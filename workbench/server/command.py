@@ -159,8 +159,9 @@ def prepare(
             hint="Copy the command from `python -m workbench render` and run it where TensorRT-LLM is installed.",
         )
     if getattr(plan, "worker_argvs", None):
-        raise LaunchError("This is a multi-node plan; the workbench launches single-node servers only.",
-                          hint="Run the rendered head and worker commands on each node (python -m workbench render).")
+        raise LaunchError("This is a multi-node plan: it needs its worker nodes too.",
+                          hint="Launch every node with python -m workbench serve --nodes N --workers HOST[,HOST...] "
+                          "(`local` for a worker on this machine), or run the rendered commands on each node.")
     if plan.hardware != "cpu" and not nvidia_gpu_available():
         raise LaunchError(
             f"This plan is for {plan.hardware} GPUs, and this machine has no NVIDIA GPU (nvidia-smi not found or lists none).",

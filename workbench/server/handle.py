@@ -455,6 +455,9 @@ class ServerProcess:
         alive = self.is_alive()
         if not alive and self._popen is None:
             # Not provably ours (no start time, a reused pid, a dead leader): never signalled.
+            workers = self._begin_stop_workers(timeout)
+            if workers is not None:
+                workers.join()
             self.stop_result = StopResult(StopStage.ALREADY_GONE, 0.0)
             if self.status is not Status.FAILED:
                 self.status = Status.STOPPED
@@ -470,10 +473,13 @@ class ServerProcess:
                                capture_output=True, timeout=timeout + 30)
             except (OSError, subprocess.SubprocessError):
                 pass  # the group's staged stop below still ends the docker CLI
+        workers = self._begin_stop_workers(timeout)
         if self._group is None:
             result = StopResult(StopStage.ALREADY_GONE, 0.0)
         else:
             result = stop_group(self._group, timeout)
+        if workers is not None:
+            workers.join()
         self.stop_result = replace(result, seconds=round(time.monotonic() - started, 3))
         if self._popen is not None:
             self._popen.poll()
@@ -484,6 +490,14 @@ class ServerProcess:
             self.status = Status.STOPPED
         self._emit("status", None, f"stopped ({self.stop_result.stage.value})")
         return self.stop_result
+
+    def _begin_stop_workers(self, timeout: float) -> threading.Thread | None:
+        """A multi-node head: its worker nodes stop alongside it (workbench.server.cluster)."""
+        if not (self.state_dir / "cluster.json").exists():
+            return None
+        from workbench.server.cluster import begin_stop_workers
+
+        return begin_stop_workers(self, timeout)
 
     def keep(self) -> None:
         """Leave the server running when this process exits (undoes stop_at_exit)."""
