@@ -85,8 +85,9 @@ def ssh_argv(host: str, remote_argv: Sequence[str], ssh: str = "ssh") -> list[st
 
 
 def remote_stop_argv(host: str, pgid: int, sig: str, ssh: str = "ssh") -> list[str]:
-    """ssh argv that sends `sig` (TERM, KILL, or 0 to test) to the remote session `pgid`."""
-    return ssh_argv(host, ["kill", f"-{sig}", "--", f"-{pgid}"], ssh)
+    """ssh argv that sends `sig` (TERM, KILL, or 0 to test) to the remote session `pgid`.
+    No `--`: dash's kill (Debian's /bin/sh) takes `-SIG -PGID` but refuses `-SIG -- -PGID`."""
+    return ssh_argv(host, ["kill", f"-{sig}", f"-{pgid}"], ssh)
 
 
 def expected_engines(head_argv: Sequence[str]) -> list[str]:
