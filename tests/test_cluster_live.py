@@ -21,7 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from workbench.metrics.figures import derive_figures
 from workbench.metrics.parse import GENERATION_TOKENS, parse_metrics
+from workbench.ui.server_tab import node_table
+from workbench.ui.throughput_tab import figures_markdown
 from workbench.recipes import Selection, load_catalog, render
 from workbench.server import Status, free_port
 from workbench.server.cluster import CLUSTER_FILE, Cluster, launch_cluster
@@ -105,6 +108,22 @@ def test_requests_spread_over_both_engines(cluster: Cluster) -> None:
     grew = {engine: after[engine] - before.get(engine, 0.0) for engine in after}
     assert grew["0"] > 0 and grew["1"] > 0, grew
     assert sum(grew.values()) == 32  # 4 requests x 8 tokens, split over the two engines
+
+
+def test_decode_rate_per_engine_and_their_sum(cluster: Cluster) -> None:
+    head = cluster.head
+    first = parse_metrics(httpx.get(f"{head.base_url}/metrics", timeout=10).text)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: httpx.post(f"{head.openai_base_url}/completions", timeout=120, json={
+            "model": head.model, "prompt": f"Say {i}", "max_tokens": 8}).raise_for_status(), range(4)))
+    last = parse_metrics(httpx.get(f"{head.base_url}/metrics", timeout=10).text)
+    figures = derive_figures([first, last])
+    per_engine = figures.decode_tps_by_engine
+    assert per_engine is not None and sorted(per_engine) == ["0", "1"]
+    assert all(v > 0 for v in per_engine.values())
+    assert figures.decode_tps == pytest.approx(sum(per_engine.values()))
+    assert "Decode tok/s per engine | engine 0" in figures_markdown(figures)
+    assert node_table(head)[1][:4] == [1, "worker", "local", "ready"]
 
 
 def test_state_and_status_list_every_node(cluster: Cluster, state_dir: Path) -> None:
