@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -133,7 +134,7 @@ def test_stop_from_another_process_stops_the_remote_session(cluster: Cluster, fa
 
 
 def test_unreachable_host_is_diagnosed_and_the_head_stopped(state_dir: Path) -> None:
-    c = launch_cluster(plan(), ["nosuchhost.invalid"], ssh="/usr/bin/ssh",
+    c = launch_cluster(plan(), ["nosuchhost.invalid"], ssh=shutil.which("ssh") or "ssh",
                        head_address="127.0.0.1", state_dir=state_dir / "unreachable", progress=QUIET,
                        stop_at_exit=False)
     with pytest.raises(LaunchError, match=r"Node 1 \(nosuchhost.invalid\) cannot be reached over ssh") as err:
