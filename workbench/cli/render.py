@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from workbench.cli.checks import at_least, port_number
 from workbench.server import hardware
 from workbench.errors import SelectionError
 from workbench.recipes import DEFAULT_PORT, Catalog, LaunchPlan, Selection, load_catalog, render
@@ -29,14 +30,19 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--hardware", help="hardware id (default: detected; see --list)")
     g.add_argument("--variant", help="checkpoint variant, e.g. default (NVFP4) or bf16")
     g.add_argument("--strategy", help="parallelism strategy, e.g. single_node_tp")
-    g.add_argument("--nodes", type=int, help="nodes for a multi_node_* strategy (>= 2)")
+    g.add_argument("--nodes", type=at_least(1), help="nodes for a multi_node_* strategy (>= 2)")
     g.add_argument("--features", type=_csv, metavar="A,B",
                    help="comma-separated features (replaces the recipe's defaults)")
     g.add_argument("--spec", metavar="MODE", help="speculative decoding mode (implies spec_decoding)")
     g.add_argument("--preset", help="a named command from the model card")
-    g.add_argument("--port", type=int, default=DEFAULT_PORT, help="server port (default 8000)")
+    g.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="server port (default 8000)")
     g.add_argument("--served-model-name", help="the name clients use as `model`")
-    g.add_argument("--max-model-len", type=int, help="longest context a request may use")
+    g.add_argument("--max-model-len", type=at_least(1), help="longest context a request may use")
+    g.add_argument("--head-address", metavar="IP",
+                   help="multi-node: the head node's address on the interconnect (fills $HEAD_IP)")
+    g.add_argument("--iface", metavar="NAME",
+                   help="multi-node: the interconnect's network interface, e.g. enp1s0f1np1 "
+                   "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME; `ip -br addr` lists them)")
     g.add_argument("--extra", action="append", default=[], metavar='"FLAGS"',
                    help="extra vllm serve flags, last and winning (may repeat); "
                    "a single flag needs the = form: --extra=--enforce-eager")
@@ -62,6 +68,8 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         max_model_len=args.max_model_len,
         extra=list(args.extra or []),
         preset=args.preset,
+        head_address=args.head_address,
+        iface=args.iface,
     )
 
 

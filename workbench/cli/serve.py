@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from typing import Any
 
 from workbench import server
+from workbench.cli.checks import at_least, port_number, positive_float
+from workbench.cli.serve_nodes import add_node_arguments, has_live_workers, node_lines, serve_nodes_command
 from workbench.errors import LaunchError
+from workbench.server.signals import exit_on_signals
+from workbench.server.state import scan_records, state_root
 
 __all__ = ["register", "print_event"]
 
@@ -38,20 +41,21 @@ def register(subparsers: Any) -> None:
     how.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     how.add_argument("--keep", action="store_true",
                      help="return once ready and leave the server running (stop it with `stop`)")
-    how.add_argument("--timeout", type=float, default=server.STARTUP_TIMEOUT_S,
+    how.add_argument("--timeout", type=positive_float, default=server.STARTUP_TIMEOUT_S,
                      help="seconds to wait for the server to be ready (default %(default).0f)")
     how.add_argument("--attach", metavar="URL", help="use a server started elsewhere instead of starting one")
     how.add_argument("--api-key", help="API key of the attached server")
+    add_node_arguments(p)
     p.set_defaults(func=serve_command)
 
     s = subparsers.add_parser("status", help="show the servers the workbench started or attached")
     s.add_argument("--json", action="store_true", help="print the records as JSON")
-    s.add_argument("--log", type=int, default=0, metavar="N", help="also print the last N log lines")
+    s.add_argument("--log", type=at_least(0), default=0, metavar="N", help="also print the last N log lines")
     s.set_defaults(func=status_command)
 
     t = subparsers.add_parser("stop", help="stop the server(s) the workbench started")
-    t.add_argument("--port", type=int, help="only the server on this port")
-    t.add_argument("--timeout", type=float, default=server.STOP_TIMEOUT_S,
+    t.add_argument("--port", type=port_number, help="only the server on this port")
+    t.add_argument("--timeout", type=positive_float, default=server.STOP_TIMEOUT_S,
                    help="seconds between SIGTERM and SIGKILL (default %(default).0f)")
     t.set_defaults(func=stop_command)
 
@@ -70,10 +74,12 @@ def print_event(event: server.ServerEvent) -> None:
         print(f"[{event.elapsed_s:6.1f} s] failed: {event.diagnosis.describe()}", file=sys.stderr, flush=True)
 
 
-def _stop_on_sigterm() -> None:
-    # SystemExit runs the atexit handler that stops the server we started.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    signal.signal(signal.SIGHUP, lambda signum, frame: sys.exit(128 + signum))
+def _servers() -> list[server.ServerProcess]:
+    """The recorded servers; records that do not check out are named on stderr and skipped."""
+    handles, problems = scan_records(state_root())
+    for problem in problems:
+        print(f"warning: {problem.describe()}", file=sys.stderr)
+    return handles
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -92,7 +98,9 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"This is {engine_note}.", flush=True)
     for fallback in plan.fallbacks:
         print(f"note: {fallback.choice} {fallback.asked!r} -> {fallback.used!r}: {fallback.reason}", file=sys.stderr)
-    _stop_on_sigterm()
+    exit_on_signals()  # SIGTERM/SIGHUP: SystemExit, so the atexit handler stops the server
+    if args.workers:
+        return serve_nodes_command(args, plan, print_event)
     handle = server.launch(plan, mode=args.mode, python=args.python, host=args.host,
                            on_event=print_event, stop_at_exit=not args.keep)
     print(f"Log: {handle.log_path}", flush=True)
@@ -122,15 +130,16 @@ def _describe(h: server.ServerProcess, log_lines: int) -> str:
     if h.log_path:
         lines.append(f"  log: {h.log_path}")
     lines += [f"  | {ln}" for ln in h.log_tail(log_lines)] if log_lines else []
+    lines += node_lines(h)
     return "\n".join(lines)
 
 
 def status_command(args: argparse.Namespace) -> int:
-    handles = server.list_servers()
+    handles = _servers()
     for h in handles:
         h.refresh()
     if args.json:
-        print(json.dumps([h.to_dict() for h in handles], indent=2))
+        print(json.dumps([h.public_dict() for h in handles], indent=2, default=str))
     elif not handles:
         print("The workbench has not started or attached any server here.")
     else:
@@ -140,9 +149,9 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def stop_command(args: argparse.Namespace) -> int:
-    targets = [h for h in server.list_servers()
+    targets = [h for h in _servers()
                if (args.port is None or h.port == args.port) and h.status is not server.Status.STOPPED]
-    targets = [h for h in targets if h.is_alive() or h.mode == "attach"]
+    targets = [h for h in targets if h.is_alive() or h.mode == "attach" or has_live_workers(h)]
     if not targets:
         where = f" on port {args.port}" if args.port else ""
         print(f"No server started by the workbench is running{where}.")

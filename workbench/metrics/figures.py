@@ -121,6 +121,8 @@ class ThroughputFigures:
     counter_reset: bool  # the server restarted within the window (counters reset)
     reset_metrics: tuple[str, ...]  # the counters seen going down
     not_reported: tuple[str, ...]
+    # Generated tokens/s of each engine (vLLM's `engine` label: one per data-parallel rank); decode_tps is their sum.
+    decode_tps_by_engine: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -301,6 +303,7 @@ def derive_figures(snapshots: Sequence[Snapshot]) -> ThroughputFigures:
         ),
         counter_reset=counter_reset,
         reset_metrics=reset_metrics,
+        decode_tps_by_engine=_per_engine_rate(grouped, GENERATION_TOKENS, elapsed),
     )
     sample_names = {*grouped, *gauges}
     figures["not_reported"] = tuple(
@@ -427,6 +430,13 @@ def _latency(grouped: _Grouped, family: str) -> LatencySummary | None:
         p90_s=histogram_quantile(0.9, buckets),
         p99_s=histogram_quantile(0.99, buckets),
     )
+
+
+def _per_engine_rate(grouped: _Grouped, name: str, elapsed: float | None) -> dict[str, float] | None:
+    by_engine = _by_label(grouped, name, "engine")
+    if by_engine is None or elapsed is None:
+        return None
+    return {engine: by_engine[engine] / elapsed for engine in sorted(by_engine, key=_position_order)}
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -60,6 +60,7 @@ class Strategy:
     env: Mapping[str, str]
     min_gpus: int = 1
     architecture: str | None = None
+    parallelism: str | None = None  # upstream's layout key: "tp_dp", "tp_pp" (multi-node only)
 
     @property
     def multi_node(self) -> bool:

@@ -315,6 +315,8 @@ def _load_strategy(path: Path) -> Strategy:
         p.add("deploy_type", "single_node or multi_node", data.get("deploy_type"))
     _check_args(p, data, "(strategy)", ("vllm_args",))
     _check_env(p, data, "(strategy)", ("env",))
+    if data.get("parallelism") is not None and data["parallelism"] not in ("tp_dp", "tp_pp"):
+        p.add("parallelism", "tp_dp or tp_pp (upstream's multi-node layouts)", data["parallelism"])
     p.raise_if_any()
     match = data.get("hardware_match") or {}
     return Strategy(
@@ -327,6 +329,7 @@ def _load_strategy(path: Path) -> Strategy:
         env={k: str(v) for k, v in (data.get("env") or {}).items()},
         min_gpus=int(match.get("min_gpus", 1)),
         architecture=match.get("architecture"),
+        parallelism=data.get("parallelism"),
     )
 
 

@@ -41,6 +41,8 @@ class Selection:
     max_model_len: int | None = None
     extra: list[str] = field(default_factory=list)
     preset: str | None = None
+    head_address: str | None = None  # multi-node: the head's address on the interconnect ($HEAD_IP)
+    iface: str | None = None  # multi-node: that interconnect's network interface ($IFACE_NAME)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -31,6 +31,7 @@ from typing import Any
 from workbench.recipes.argv import Unit, dedupe_units, units
 from workbench.recipes.catalog import Catalog, HardwareProfile, Preset, Recipe, Strategy
 from workbench.recipes.loading import load_catalog
+from workbench.recipes.multinode import HEAD_IP, IFACE_NAME, node_parallel_args
 from workbench.recipes.plan import DEFAULT_PORT, Fallback, LaunchPlan, Selection, split_extra_flags
 from workbench.recipes.resolve import (
     Resolver,
@@ -162,7 +163,7 @@ def _layer_units(res: _Resolved, sel: Selection, rank: int) -> list[Unit]:
     u += units(recipe.model.get("base_args") or [], "base")
     u += units(variant.get("extra_args") or [], "variant")
     u += units(res.variant_exact.get("extra_args") or [], "variant:hardware")
-    u += units(_parallel_args(res, rank), "strategy")
+    u += units(_parallel_args(res, sel, rank), "strategy")
     u += units((so.get("extra_args") or []) + (so.get("vllm_args") or []), "strategy_override")
     s_gen = gen_override(so.get("hardware_overrides"), hw)
     if s_gen:
@@ -179,14 +180,11 @@ def _layer_units(res: _Resolved, sel: Selection, rank: int) -> list[Unit]:
     return u
 
 
-def _parallel_args(res: _Resolved, rank: int) -> list[str]:
+def _parallel_args(res: _Resolved, sel: Selection, rank: int) -> list[str]:
     strategy = res.strategy
-    par = list(strategy.vllm_args) + [strategy.parallel_flag, str(res.tp)]
     if strategy.multi_node:
-        par += ["--nnodes", str(res.nodes), "--node-rank", str(rank), "--master-addr", "$HEAD_IP"]
-        if rank > 0:
-            par.append("--headless")
-    return par
+        return node_parallel_args(strategy, res.hw.gpu_count, res.nodes, rank, sel.head_address or HEAD_IP)
+    return list(strategy.vllm_args) + [strategy.parallel_flag, str(res.tp)]
 
 
 def _feature_units(res: _Resolved) -> list[Unit]:
@@ -220,7 +218,8 @@ def _add_plan_notes(r: Resolver, res: _Resolved) -> None:
     if res.strategy.multi_node:
         r.notes.append(
             f"{res.nodes} nodes: run the head command on the node whose address is HEAD_IP and one "
-            "worker command per other node; set IFACE_NAME to the network interface between them."
+            "worker command per other node; set IFACE_NAME to the network interface between them "
+            "(or launch them all with python -m workbench serve --nodes N --workers HOST,...)."
         )
 
 
@@ -269,7 +268,10 @@ def _build_env(r: Resolver, res: _Resolved) -> dict[str, str]:
     env.update(variant.get("extra_env") or {})
     env.update(res.variant_exact.get("extra_env") or {})
     if strategy.env:
-        if res.tp > 1:
+        if strategy.multi_node:
+            # The interface the nodes talk over; the user names it (else upstream's placeholder stays).
+            env.update({k: r.sel.iface if (v == IFACE_NAME and r.sel.iface) else v for k, v in strategy.env.items()})
+        elif res.tp > 1:
             env.update(strategy.env)
         else:
             names = ", ".join(f"{k}={v}" for k, v in strategy.env.items())

@@ -14,6 +14,7 @@ from typing import Any
 
 from workbench.errors import SelectionError
 from workbench.recipes.catalog import Catalog, HardwareProfile, Preset, Recipe, Strategy
+from workbench.recipes.multinode import strategy_tensor_parallel
 from workbench.recipes.plan import Fallback, Selection
 
 # Precision -> hardware a checkpoint needs, when the variant does not say
@@ -236,7 +237,7 @@ def resolve_strategy(r: Resolver, recipe: Recipe, hw: HardwareProfile) -> tuple[
         default = "single_node_tp" if "single_node_tp" in fitting else (fitting[0] if fitting else "single_node_tp")
     if nodes_hint > 1 and not sel.strategy:
         sibling = default.replace("single_node_", "multi_node_")
-        for cand in (sibling, "multi_node_tp", "multi_node_tep"):
+        for cand in (sibling, "multi_node_tp", "multi_node_tep", "multi_node_tp_dp"):
             if cand in fitting:
                 default = cand
                 break
@@ -364,7 +365,7 @@ def resolve_hardware(r: Resolver, recipe: Recipe, preset: Preset | None) -> Hard
 def tensor_parallel_size(recipe: Recipe, variant: Mapping[str, Any], hw: HardwareProfile,
                          strategy: Strategy, nodes: int) -> int:
     if strategy.multi_node:
-        return hw.gpu_count * nodes
+        return strategy_tensor_parallel(strategy, hw.gpu_count, nodes)
     if strategy.name == "single_node_tp":
         return single_node_tp(recipe, variant, hw)
     return hw.gpu_count

@@ -10,6 +10,9 @@
     handle.py     ServerProcess: a supervised (or recorded) server
     launch.py     start / launch / attach / find_running / ensure_server
     preflight.py  what a DGX Spark launch needs, checked before the room arrives
+    nodes.py      several nodes: what the head and each worker (local, or over ssh) run
+    cluster.py    several nodes supervised together: ready, a row per node, stop them all
+    node_diagnosis.py  why a worker node failed (ssh, interface, ports, vLLM versions)
 
 Mechanism (process groups, ports, state files) is kept apart from policy (which
 way to run a plan, readiness, diagnosis, when to escalate a stop).

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 from workbench.errors import LaunchError
 from workbench.recipes.argv import flag_value, set_flag
 from workbench.server.hardware import detect_hardware
+from workbench.server.ports import check_port_number
 
 __all__ = ["CONTAINER_PORT", "DEFAULT_HOST", "Mode", "PlanLike", "ServeCommand", "docker_engine_problem",
            "nvidia_gpu_available", "prepare"]
@@ -58,6 +59,27 @@ class ServeCommand:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+def take_api_key(words: list[str]) -> tuple[list[str], str | None]:
+    """`words` without `--api-key KEY` / `--api-key=KEY`, and the key. The launcher passes
+    it as VLLM_API_KEY instead, so it stays out of `ps`, the log and the record's argv."""
+    kept: list[str] = []
+    key: str | None = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--api-key" and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            key = key or words[i + 1]
+            i += 2
+            continue
+        if word.startswith("--api-key="):
+            key = key or word.split("=", 1)[1]
+            i += 1
+            continue
+        kept.append(word)
+        i += 1
+    return kept, key
+
 
 def docker_engine_problem() -> str | None:
     """Why `docker run` cannot work here, or None when the Docker engine answers."""
@@ -137,15 +159,16 @@ def prepare(
             hint="Copy the command from `python -m workbench render` and run it where TensorRT-LLM is installed.",
         )
     if getattr(plan, "worker_argvs", None):
-        raise LaunchError("This is a multi-node plan; the workbench launches single-node servers only.",
-                          hint="Run the rendered head and worker commands on each node (python -m workbench render).")
+        raise LaunchError("This is a multi-node plan: it needs its worker nodes too.",
+                          hint="Launch every node with python -m workbench serve --nodes N --workers HOST[,HOST...] "
+                          "(`local` for a worker on this machine), or run the rendered commands on each node.")
     if plan.hardware != "cpu" and not nvidia_gpu_available():
         raise LaunchError(
             f"This plan is for {plan.hardware} GPUs, and this machine has no NVIDIA GPU (nvidia-smi not found or lists none).",
             hint=f"The command can still be copied and run on the GPU machine: python -m workbench render "
             f"--hardware {plan.hardware}. Here, serve the CPU demo engine: python -m workbench serve --hardware cpu.",
         )
-    port = port or plan.port
+    port = check_port_number(plan.port if port is None else port)
     chosen_host = host or flag_value(plan.argv, "--host") or DEFAULT_HOST
     served = flag_value(plan.argv, "--served-model-name") or plan.served_model_name or plan.argv[2]
     plan_dict = plan.to_dict()
@@ -159,8 +182,15 @@ def prepare(
                               hint="Start the Docker engine (e.g. `sudo systemctl start docker`), or run vLLM "
                               "from this environment with --mode local.")
         name = f"workbench-vllm-{port}"
-        return ServeCommand("docker", container_argv(plan, port, chosen_host, name), port, served, chosen_host,
-                            {}, plan_dict, container_name=name)
+        argv, key = take_api_key(container_argv(plan, port, chosen_host, name))
+        key = key or plan.env.get("VLLM_API_KEY")
+        env = {}
+        if key:
+            # `-e NAME` without a value: docker copies it from its own environment, not from argv.
+            argv[argv.index("--name"):argv.index("--name")] = ["-e", "VLLM_API_KEY"]
+            env["VLLM_API_KEY"] = key
+        return ServeCommand("docker", argv, port, served, chosen_host, env, plan_dict, container_name=name,
+                            api_key=key)
     if mode != "local":
         raise LaunchError(f"Unknown launch mode {mode!r}.", hint="Use auto, local or docker (or attach a URL).")
 
@@ -180,8 +210,11 @@ def prepare(
             )
         head = [exe, "serve"]
     model = plan.argv[2]
-    rest = list(plan.argv[3:])
+    rest, key = take_api_key(list(plan.argv[3:]))
     env = dict(plan.env)
+    key = key or env.get("VLLM_API_KEY")
+    if key:
+        env["VLLM_API_KEY"] = key
     if plan.local_build:
         model = str(_build_local_model(plan.local_build, progress))
         if flag_value(rest, "--served-model-name") is None:
@@ -192,7 +225,7 @@ def prepare(
     if Path(model).is_dir():
         env.setdefault("HF_HUB_OFFLINE", "1")  # a local directory needs nothing from the Hub
     env.setdefault("PYTHONUNBUFFERED", "1")  # phases show as they happen, not when a buffer fills
-    return ServeCommand("local", [*head, model, *rest], port, served, chosen_host, env, plan_dict)
+    return ServeCommand("local", [*head, model, *rest], port, served, chosen_host, env, plan_dict, api_key=key)
 
 
 

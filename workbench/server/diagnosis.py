@@ -36,6 +36,11 @@ Cause = Literal[
     "engine_died",
     "killed",
     "unknown",
+    # a node of a multi-node deployment (workbench.server.node_diagnosis)
+    "host_unreachable",
+    "head_unreachable",
+    "wrong_interface",
+    "vllm_version_mismatch",
 ]
 
 TAIL_LINES = 40

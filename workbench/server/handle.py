@@ -27,7 +27,7 @@ from workbench.server.diagnosis import Diagnosis, diagnose
 from workbench.server.phases import PhaseDetector, PhaseRecord, StartupPhase, Status
 from workbench.server.ports import port_holder
 from workbench.server.process import STOP_TIMEOUT_S, ProcessGroup, StopResult, StopStage, proc_stat, stop_group
-from workbench.server.state import STATE_FILE, read_json, write_json
+from workbench.server.state import STATE_FILE, SECRET_ENV, BadRecord, check_record, read_json, redact, redact_record, write_json
 
 __all__ = ["STARTUP_TIMEOUT_S", "ServerEvent", "ServerEventKind", "ServerProcess"]
 
@@ -112,6 +112,7 @@ class ServerProcess:
         self.exit_code: int | None = state.get("exit_code")
         self.diagnosis = Diagnosis.from_dict(state["diagnosis"]) if state.get("diagnosis") else None
         self.stop_result: StopResult | None = None
+        self.run_id: str | None = state.get("run_id")  # one per start: a record is this run's only if it matches
         self._pid_start_ticks: int | None = state.get("pid_start_ticks")
         self._popen = popen
         self._group = ProcessGroup(self.pgid, popen) if self.pgid else None
@@ -121,6 +122,17 @@ class ServerProcess:
         self._watcher: threading.Thread | None = None
         self._stopping = False
         self._started_mono = time.monotonic() - max(0.0, time.time() - self.started_at)
+
+    @classmethod
+    def from_record(cls, record: object, state_dir: Path) -> ServerProcess:
+        """A handle for a record read from disk; BadRecord if it is not one the workbench writes."""
+        state = dict(check_record(record, state_dir))
+        if state.get("status") == "stopping":
+            state["status"] = Status.STARTING.value  # a stop that did not finish: check again
+        try:
+            return cls(state, state_dir)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a phase or diagnosis of the wrong shape
+            raise BadRecord(f"a field has the wrong shape ({exc.__class__.__name__}: {exc})") from exc
 
     # -- what a view reads --------------------------------------------------
 
@@ -146,35 +158,53 @@ class ServerProcess:
         """True when a watcher in this process follows the server live."""
         return self._watcher is not None and self._watcher.is_alive()
 
+    def _secrets(self) -> list[str | None]:
+        return [self.api_key, *(self.env.get(k) for k in SECRET_ENV)]
+
     def log_tail(self, lines: int = 40) -> list[str]:
-        """The last lines of the server's log (empty for an attached server)."""
-        if not self.log_path or not self.log_path.exists():
+        """The last lines of the server's log, keys redacted (empty for an attached server)."""
+        if lines <= 0 or not self.log_path:
             return []
-        with self.log_path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 256 * lines))
-            data = f.read().decode(errors="replace")
-        return data.splitlines()[-lines:]
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 256 * lines))
+                data = f.read().decode(errors="replace")
+        except OSError:
+            return []
+        return [redact(line, self._secrets()) for line in data.splitlines()[-lines:]]
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        """The whole log, keys redacted ("" when there is none)."""
+        try:
+            text = self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+        return redact(text, self._secrets())
 
     def group_pids(self) -> list[int]:
         """Live pids of the server's process group (empty when all gone, or attached)."""
         return self._group.members() if self._group else []
 
     def is_alive(self) -> bool:
-        """Local/docker: the process group still has members (and the leader is
-        the process we started, not a reused pid). Attach: /health answers."""
+        """Attach: /health answers. Local/docker started here: the process group
+        still has members. Loaded from a record: the leader runs, with the start
+        time recorded (a record without one, or a reused pid, never counts)."""
         if self.mode == "attach":
             return _probe(self.base_url, self.model, self.api_key, timeout=1.5)[0] is not None
         if not self._group:
             return False
-        stat = proc_stat(self.pid) if self.pid else None
-        if stat and self._pid_start_ticks is not None and stat[2] != self._pid_start_ticks:
-            return False  # the pid now belongs to some other process
-        return bool(self._group.members())
+        if self._popen is not None:
+            # Ours: while any member lives the group id cannot be handed to another process.
+            return bool(self._group.members())
+        return self._leader_matches()
+
+    def _leader_matches(self) -> bool:
+        if not self.pid or self._pid_start_ticks is None or self.pgid != self.pid:
+            return False
+        stat = proc_stat(self.pid)
+        return stat is not None and stat[0] not in ("Z", "X") and stat[2] == self._pid_start_ticks
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -186,8 +216,12 @@ class ServerProcess:
             "phases": [p.to_dict() for p in self.phases], "time_to_ready_s": self.time_to_ready_s,
             "exit_code": self.exit_code, "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
             "stop_stage": self.stop_result.stage.value if self.stop_result else None,
-            "supervisor_pid": os.getpid() if self.supervised else None,
+            "supervisor_pid": os.getpid() if self.supervised else None, "run_id": self.run_id,
         }
+
+    def public_dict(self) -> dict[str, Any]:
+        """`to_dict()` fit to print or show: keys and tokens replaced by ***."""
+        return redact_record(self.to_dict())
 
     def __repr__(self) -> str:
         return f"<ServerProcess {self.mode} {self.base_url} {self.model} {self.status.value}>"
@@ -249,12 +283,17 @@ class ServerProcess:
             except Exception:  # a view's bug must not stop the supervision
                 pass
 
+    def _same_run(self, on_disk: dict[str, Any]) -> bool:
+        """Is the record on disk about this start (not an earlier server on the same port)?"""
+        return on_disk.get("run_id") == self.run_id and on_disk.get("pid") == self.pid
+
     def _save(self) -> None:
         on_disk = read_json(self.state_path) or {}
-        if on_disk.get("status") == Status.STOPPED.value and self.status is not Status.STOPPED:
+        same = self._same_run(on_disk)
+        if same and on_disk.get("status") == Status.STOPPED.value and self.status is not Status.STOPPED:
             return  # another process stopped it; keep its record
         data = self.to_dict()
-        if data["stop_stage"] is None and on_disk.get("stop_stage"):
+        if same and data["stop_stage"] is None and on_disk.get("stop_stage"):
             data["stop_stage"] = on_disk["stop_stage"]  # recorded by the process that stopped it
         write_json(self.state_path, data)
 
@@ -334,7 +373,8 @@ class ServerProcess:
     def _finish(self) -> None:
         code = self._popen.returncode if self._popen else None
         on_disk = read_json(self.state_path) or {}
-        stopped_elsewhere = on_disk.get("status") in (Status.STOPPED.value, "stopping")
+        stopped_elsewhere = self._same_run(on_disk) and on_disk.get("status") in (Status.STOPPED.value, "stopping")
+        orphans = self._popen is not None and not self._stopping and self._group is not None
         if self._stopping or stopped_elsewhere:
             self.exit_code = code
             self.status = Status.STOPPED
@@ -344,6 +384,12 @@ class ServerProcess:
         else:
             self.exit_code = code
             self._save()
+        if orphans and self._group is not None:
+            # The leader is gone: what it left in its group (an engine process) goes too.
+            try:
+                stop_group(self._group, timeout=5.0)
+            except LaunchError:
+                pass  # stuck in the kernel; the status above already says how it ended
 
     # -- status for a handle that is not supervised here ---------------------
 
@@ -406,19 +452,34 @@ class ServerProcess:
             self.status = Status.STOPPED
             self._emit("status", None, "detached")
             return self.stop_result
+        alive = self.is_alive()
+        if not alive and self._popen is None:
+            # Not provably ours (no start time, a reused pid, a dead leader): never signalled.
+            workers = self._begin_stop_workers(timeout)
+            if workers is not None:
+                workers.join()
+            self.stop_result = StopResult(StopStage.ALREADY_GONE, 0.0)
+            if self.status is not Status.FAILED:
+                self.status = Status.STOPPED
+            self._emit("status", None, "stopped (already_gone)")
+            return self.stop_result
         self._stopping = True
         on_disk = read_json(self.state_path) or {}
-        if on_disk.get("status") not in (Status.STOPPED.value, None):
+        if self._same_run(on_disk) and on_disk.get("status") not in (Status.STOPPED.value, None):
             write_json(self.state_path, {**on_disk, "status": "stopping"})
-        if self.mode == "docker" and self.container_name and self.is_alive():
-            subprocess.run(["docker", "stop", "-t", str(int(timeout)), self.container_name],
-                           capture_output=True, timeout=timeout + 30)
+        if self.mode == "docker" and self.container_name and alive:
+            try:
+                subprocess.run(["docker", "stop", "-t", str(int(timeout)), self.container_name],
+                               capture_output=True, timeout=timeout + 30)
+            except (OSError, subprocess.SubprocessError):
+                pass  # the group's staged stop below still ends the docker CLI
+        workers = self._begin_stop_workers(timeout)
         if self._group is None:
-            result = StopResult(StopStage.ALREADY_GONE, 0.0)
-        elif self._pid_start_ticks is not None and self.pid and not self.is_alive():
             result = StopResult(StopStage.ALREADY_GONE, 0.0)
         else:
             result = stop_group(self._group, timeout)
+        if workers is not None:
+            workers.join()
         self.stop_result = replace(result, seconds=round(time.monotonic() - started, 3))
         if self._popen is not None:
             self._popen.poll()
@@ -429,6 +490,14 @@ class ServerProcess:
             self.status = Status.STOPPED
         self._emit("status", None, f"stopped ({self.stop_result.stage.value})")
         return self.stop_result
+
+    def _begin_stop_workers(self, timeout: float) -> threading.Thread | None:
+        """A multi-node head: its worker nodes stop alongside it (workbench.server.cluster)."""
+        if not (self.state_dir / "cluster.json").exists():
+            return None
+        from workbench.server.cluster import begin_stop_workers
+
+        return begin_stop_workers(self, timeout)
 
     def keep(self) -> None:
         """Leave the server running when this process exits (undoes stop_at_exit)."""

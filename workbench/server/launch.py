@@ -10,6 +10,7 @@ import atexit
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +23,24 @@ from workbench.urls import normalize_base_url
 from workbench.server.command import DEFAULT_HOST, PlanLike, ServeCommand, prepare
 from workbench.server.handle import ServerEvent, ServerProcess
 from workbench.server.phases import PhaseRecord, StartupPhase, Status
-from workbench.server.ports import free_port, port_free, port_holder
+from workbench.server.ports import check_listen_address, check_port_number, free_port, port_free, port_holder
 from workbench.server.process import proc_stat
-from workbench.server.state import LOG_FILE, STATE_FILE, read_json, server_dir, state_root
+from workbench.server.state import (
+    LOG_FILE,
+    PREVIOUS_LOG_FILE,
+    STATE_FILE,
+    BadRecord,
+    RecordProblem,
+    make_private_dir,
+    open_private,
+    read_json,
+    scan_records,
+    server_dir,
+    state_root,
+)
 
 __all__ = ["EnsuredServer", "attach", "ensure_server", "find_running", "launch", "list_servers", "load_server",
-           "resolve_server_url", "start"]
+           "record_problems", "resolve_server_url", "start"]
 
 
 def _refuse_busy_port(command: ServeCommand, root: Path) -> None:
@@ -62,14 +75,17 @@ def start(
     itself (it is then diagnosed from its log, as when the port is taken
     between the check and vLLM's bind)."""
     root = state_root(state_dir)
+    check_port_number(command.port)
+    if command.mode == "local":
+        check_listen_address(command.host, command.port)
     if check_port:
         _refuse_busy_port(command, root)
-    folder = server_dir(root, command.mode, command.host, command.port)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_private_dir(root)
+    folder = make_private_dir(server_dir(root, command.mode, command.host, command.port))
     log_path = folder / LOG_FILE
     if log_path.exists():
-        log_path.replace(folder / "vllm.previous.log")
-    with log_path.open("wb") as log:
+        log_path.replace(folder / PREVIOUS_LOG_FILE)
+    with open_private(log_path) as log:
         try:
             popen = subprocess.Popen(
                 command.argv,
@@ -91,6 +107,7 @@ def start(
         "started_at": time.time(),
         "log_path": str(log_path),
         "status": Status.STARTING.value,
+        "run_id": uuid.uuid4().hex,  # a fresh record: nothing of an earlier server on this port carries over
     }
     handle = ServerProcess(state, folder, popen)
     if on_event:
@@ -159,32 +176,35 @@ def attach(
         "status": Status.READY.value,
         "phases": [PhaseRecord(StartupPhase.HTTP_UP, 0.0, 0.0, base).to_dict(),
                    PhaseRecord(StartupPhase.READY, 0.0, 0.0, f"serving {', '.join(listed)}").to_dict()],
-        "time_to_ready_s": 0.0,
+        "time_to_ready_s": 0.0, "run_id": uuid.uuid4().hex,
     }
-    folder = server_dir(state_root(state_dir), "attach", parsed.host, port)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_private_dir(state_root(state_dir))
+    folder = make_private_dir(server_dir(state_root(state_dir), "attach", parsed.host, port))
     handle = ServerProcess(state, folder)
     handle._save()
     return handle
 
 
 def load_server(folder: Path) -> ServerProcess | None:
-    """The handle recorded in a server folder, or None if it holds no state file."""
+    """The handle recorded in a server folder, or None if it holds no usable record."""
     state = read_json(Path(folder) / STATE_FILE)
-    if not state or "mode" not in state:
+    if state is None:
         return None
-    if state.get("status") == "stopping":
-        state["status"] = Status.STARTING.value  # a stop that did not finish: check again
-    return ServerProcess(state, Path(folder))
+    try:
+        return ServerProcess.from_record(state, Path(folder))
+    except BadRecord:
+        return None
 
 
 def list_servers(state_dir: Path | str | None = None) -> list[ServerProcess]:
-    """Every server the workbench recorded (running or not), newest first."""
-    root = state_root(state_dir)
-    if not root.is_dir():
-        return []
-    handles = [h for h in (load_server(d) for d in root.iterdir() if d.is_dir()) if h]
-    return sorted(handles, key=lambda h: h.started_at, reverse=True)
+    """Every server the workbench recorded (running or not), newest first; records
+    that do not check out are left out (`record_problems` says which and why)."""
+    return scan_records(state_root(state_dir))[0]
+
+
+def record_problems(state_dir: Path | str | None = None) -> list[RecordProblem]:
+    """Server folders whose state file was skipped, and why."""
+    return scan_records(state_root(state_dir))[1]
 
 
 def find_running(state_dir: Path | str | None = None) -> ServerProcess | None:

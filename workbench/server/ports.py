@@ -11,9 +11,42 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.errors import InputError
 from workbench.server.process import cmdline
 
-__all__ = ["PortHolder", "free_port", "port_free", "port_holder"]
+__all__ = ["PortHolder", "check_listen_address", "check_port_number", "free_port", "port_free", "port_holder"]
+
+
+def check_port_number(port: object, what: str = "--port") -> int:
+    """`port` if it is a TCP port a server can listen on (1-65535), else InputError."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InputError(f"{what} {port} is not a TCP port (1-65535).",
+                         hint="Pick a free one, e.g. 8000 (vLLM's default) or 8001.")
+    return port
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """InputError when `host` is no address of this machine (a typo, a name that does not
+    resolve), so it is not reported as a busy port later."""
+    check_port_number(port)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        raise InputError(f"--host {host!r} is not an address of this machine ({exc}).",
+                         hint="Use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its IPs.") from exc
+    problem = "no address"
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(address)
+                return
+            except OSError as exc:
+                if exc.errno == 98:  # EADDRINUSE: a real address, a busy port (reported by the caller)
+                    return
+                problem = exc.strerror or str(exc)
+    raise InputError(f"--host {host!r} cannot be listened on here ({problem}).",
+                     hint="Use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its IPs.")
 
 
 @dataclass(frozen=True)
@@ -61,12 +94,14 @@ def port_holder(port: int) -> PortHolder | None:
 
 
 def port_free(host: str, port: int) -> bool:
+    if not 1 <= port <= 65535:
+        return False
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
+        except (OSError, OverflowError, UnicodeError):
             return False
     return True
 

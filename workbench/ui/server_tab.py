@@ -11,6 +11,7 @@ import gradio as gr
 from workbench import server
 from workbench.errors import WorkbenchError
 from workbench.recipes import Catalog, LaunchPlan
+from workbench.server.cluster import node_rows
 
 
 # What a remote caller can reach, and what the handlers refuse (Gradio 6.31):
@@ -131,6 +132,14 @@ def phase_rows(handle: server.ServerProcess | None) -> list[list]:
              "…" if p.duration_s is None else round(p.duration_s, 1), p.detail[:120]] for p in handle.phases]
 
 
+def node_table(handle: server.ServerProcess | None) -> list[list]:
+    """A row per node: the head, and the workers of a multi-node deployment."""
+    if handle is None or handle.mode == "attach":
+        return []
+    return [[r["rank"], r["role"], r["host"], r["status"], r["phase"], r["pid"], str(r["detail"])[:120]]
+            for r in node_rows(handle)]
+
+
 def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> ServerTab:
     plan_md = gr.Markdown(elem_id="server-plan")
     with gr.Row():
@@ -145,6 +154,8 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
     status = gr.Markdown(status_markdown(None), elem_id="server-status")
     phases = gr.Dataframe(headers=["phase", "at (s)", "took (s)", "detail"], label="Start-up phases",
                           interactive=False, elem_id="server-phases")
+    nodes = gr.Dataframe(headers=["node", "role", "host", "status", "phase", "pid", "detail"], label="Nodes",
+                         interactive=False, elem_id="server-nodes")
     log = gr.Code(label="Log (last lines)", language="shell", lines=14, max_lines=14, interactive=False,
                   elem_id="server-log")
     timer = gr.Timer(1.0)
@@ -171,7 +182,8 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
         lines = handle.log_tail(30) if handle else []
         recipe_id = (handle.plan or {}).get("recipe_id") if handle else None
         note = catalog.recipes[recipe_id].engine_note if recipe_id in catalog.recipes else None
-        return status_markdown(handle, slot.build_messages, note), phase_rows(handle), "\n".join(lines)
+        return (status_markdown(handle, slot.build_messages, note), phase_rows(handle), "\n".join(lines),
+                node_table(handle))
 
     def do_launch(plan, keep_on_exit):
         if not plan:
@@ -209,11 +221,11 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         return (*refresh(), gr.Timer(active=True))
 
-    outputs = [status, phases, log, timer]
+    outputs = [status, phases, log, nodes, timer]
     # Not in the app's API (docs, gradio_client): see SERVER_CONTROLS_NOTE.
     private = {"api_visibility": "private"}
     launch_btn.click(do_launch, [plan_state, keep], outputs, concurrency_limit=1, concurrency_id="launch", **private)
     stop_btn.click(do_stop, None, outputs, **private)
     attach_btn.click(do_attach, [attach_url, attach_key], outputs, **private)
-    timer.tick(refresh, None, [status, phases, log], show_progress="hidden", **private)
+    timer.tick(refresh, None, [status, phases, log, nodes], show_progress="hidden", **private)
     return tab

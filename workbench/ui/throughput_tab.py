@@ -38,6 +38,9 @@ def figures_markdown(figures: ThroughputFigures | None, error: str | None = None
     if figures.spec_acceptance_by_position:
         per_pos = ", ".join(f"{v:.2f}" for v in figures.spec_acceptance_by_position)
         lines.append(f"| Acceptance per draft position | {per_pos} |")
+    if figures.decode_tps_by_engine and len(figures.decode_tps_by_engine) > 1:
+        per_engine = ", ".join(f"engine {e} {v:.1f}" for e, v in figures.decode_tps_by_engine.items())
+        lines.append(f"| Decode tok/s per engine | {per_engine} (sum {sum(figures.decode_tps_by_engine.values()):.1f}) |")
     if figures.counter_reset:
         lines.append("\n⚠ The server's counters went down: it restarted; rates restart from zero.")
     if error:
@@ -66,12 +69,28 @@ def frames(poller: MetricsPoller | None) -> tuple[pd.DataFrame, pd.DataFrame, pd
                  for col, label in columns.items()]
         return pd.concat(parts, ignore_index=True).dropna(subset=["value"])
 
+    tokens = long({"decode_tps": "decode tok/s", "prefill_tps": "prefill tok/s"})
+    engines = per_engine_frame(poller, times.max() if len(df) else 0.0)
     return (
-        long({"decode_tps": "decode tok/s", "prefill_tps": "prefill tok/s"}),
+        pd.concat([tokens, engines], ignore_index=True) if len(engines) else tokens,
         long({"running": "running", "waiting": "waiting"}),
         long({"kv_pct": "KV cache %"}),
         long({"spec_acceptance": "acceptance rate"}),
     )
+
+
+def per_engine_frame(poller: MetricsPoller | None, newest: float) -> pd.DataFrame:
+    """Decode tok/s of each engine (data-parallel rank) as its own line, when there are several;
+    the "decode tok/s" line is their sum."""
+    rows = []
+    for f in poller.figures() if poller else []:
+        if f.decode_tps_by_engine and len(f.decode_tps_by_engine) > 1:
+            for engine, value in f.decode_tps_by_engine.items():
+                rows.append({"seconds": round(f.window_end - newest, 2), "value": value,
+                             "series": f"decode tok/s engine {engine}"})
+    frame = pd.DataFrame(rows, columns=["seconds", "value", "series"])
+    frame["series"] = frame["series"].astype(object)
+    return frame
 
 
 def create_ui(shared: SharedPoller) -> ThroughputTab:
