@@ -24,6 +24,7 @@ import pytest
 from workbench.metrics.figures import derive_figures
 from workbench.metrics.parse import GENERATION_TOKENS, parse_metrics
 from workbench.ui.server_tab import node_table
+from workbench.ui.room_tab import server_markdown
 from workbench.ui.throughput_tab import figures_markdown
 from workbench.recipes import Selection, load_catalog, render
 from workbench.server import Status, free_port
@@ -123,6 +124,7 @@ def test_decode_rate_per_engine_and_their_sum(cluster: Cluster) -> None:
     assert all(v > 0 for v in per_engine.values())
     assert figures.decode_tps == pytest.approx(sum(per_engine.values()))
     assert "Decode tok/s per engine | engine 0" in figures_markdown(figures)
+    assert "Decode tok/s per engine **engine 0" in server_markdown(figures, None)  # the workshop Room view
     assert node_table(head)[1][:4] == [1, "worker", "local", "ready"]
 
 

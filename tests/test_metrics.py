@@ -20,6 +20,7 @@ from workbench import metrics
 from workbench.cli import main
 from workbench.cli.metrics import format_table
 from workbench.errors import WorkbenchError
+from workbench.metrics.display import PER_ENGINE_LABEL, format_per_engine
 from workbench.metrics import (
     NOT_REPORTED,
     SERIES_COLUMNS,
@@ -250,6 +251,27 @@ def test_engines_and_label_sets_are_summed():
     assert figures.kv_cache_pct == pytest.approx(
         (value(UNDER_LOAD, "vllm:kv_cache_usage_perc") + value(IDLE, "vllm:kv_cache_usage_perc")) / 2 * 100
     )
+
+
+def test_decode_rate_per_engine_reads_the_same_in_every_view():
+    # Two engines idle, then engine 0 under load and engine 1 still idle, 10 s apart.
+    first = parse_metrics("\n".join(
+        out for line in IDLE.read_text().splitlines()
+        for out in ([line, line.replace('engine="0"', 'engine="1"')] if line.startswith("vllm:") and 'engine="0"' in line
+                    else [line])) + "\n", 1000.0)
+    figures = derive_figures([first, parse_metrics(two_engine_text(), 1010.0)])
+    per_engine = figures.decode_tps_by_engine
+    assert per_engine is not None and sorted(per_engine) == ["0", "1"]
+    assert per_engine["0"] > 0 and per_engine["1"] == 0
+    assert figures.decode_tps == pytest.approx(sum(per_engine.values()))
+    shown = format_per_engine(per_engine)
+    assert shown == f"engine 0 {per_engine['0']:.1f}, engine 1 0.0 (sum {figures.decode_tps:.1f})"
+    from workbench.ui.room_tab import server_markdown
+    from workbench.ui.throughput_tab import figures_markdown
+
+    assert f"| {PER_ENGINE_LABEL} | {shown} |" in figures_markdown(figures)
+    assert f"{PER_ENGINE_LABEL} **{shown}**" in server_markdown(figures, None)
+    assert format_per_engine({"0": 12.0}) is None  # one engine: the decode row says it all
 
 
 # --- speculative decoding (ngram server) ------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FIGURE_LABELS", "LIVE_FIGURES", "NOT_REPORTED", "NO_DATA", "STRIP_FIGURES", "format_figure",
-           "format_seconds"]
+__all__ = ["FIGURE_LABELS", "LIVE_FIGURES", "NOT_REPORTED", "NO_DATA", "PER_ENGINE_LABEL", "STRIP_FIGURES",
+           "format_figure", "format_per_engine", "format_seconds"]
 
 NOT_REPORTED = "not reported"
 # No value that can be shown yet, though the server reports the metric (no request
@@ -39,6 +39,18 @@ FIGURE_LABELS: dict[str, str] = {
 LIVE_FIGURES = ("decode_tps", "prefill_tps", "running", "waiting", "kv_cache_pct", "spec_acceptance_rate",
                 "spec_mean_acceptance_length")
 STRIP_FIGURES = {"decode_tps": "decode", "prefill_tps": "prefill", "running": "running", "kv_cache_pct": "KV"}
+
+
+PER_ENGINE_LABEL = "Decode tok/s per engine"
+
+
+def format_per_engine(by_engine: dict[str, float] | None) -> str | None:
+    """Decode tok/s of each engine and their sum (vLLM's `engine` label: data-parallel
+    ranks, multi-node); None with one engine or none, where the decode row says it all."""
+    if not by_engine or len(by_engine) < 2:
+        return None
+    each = ", ".join(f"engine {engine} {rate:.1f}" for engine, rate in by_engine.items())
+    return f"{each} (sum {sum(by_engine.values()):.1f})"
 
 
 def format_number(value: float) -> str:

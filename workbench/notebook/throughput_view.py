@@ -9,7 +9,7 @@ import ipywidgets as W
 
 from workbench.errors import WorkbenchError
 from workbench.metrics import MetricsPoller
-from workbench.metrics.display import FIGURE_LABELS, LIVE_FIGURES
+from workbench.metrics.display import FIGURE_LABELS, LIVE_FIGURES, PER_ENGINE_LABEL, format_per_engine
 from workbench.notebook.html import error_html, esc, table
 
 __all__ = ["ThroughputView"]
@@ -49,6 +49,9 @@ class ThroughputView:
         self.peak_decode_tps = max(self.peak_decode_tps, figures.decode_tps or 0.0)
         history = [row["decode_tps"] for row in self.poller.series_frame()[-self.spark_points:]]
         rows = [[FIGURE_LABELS[name], figures.display(name)] for name in LIVE_FIGURES]
+        per_engine = format_per_engine(figures.decode_tps_by_engine)
+        if per_engine:
+            rows.append([PER_ENGINE_LABEL, per_engine])
         rows.append(["decode tok/s history", _sparkline(history)])
         rows.append(["peak decode tok/s", f"{self.peak_decode_tps:.1f}"])
         self.table.value = table(["figure", "value"], rows)

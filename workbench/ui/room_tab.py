@@ -13,7 +13,7 @@ import gradio as gr
 
 from workbench.errors import WorkbenchError
 from workbench.metrics import ThroughputFigures
-from workbench.metrics.display import NO_DATA, format_seconds
+from workbench.metrics.display import NO_DATA, PER_ENGINE_LABEL, format_per_engine, format_seconds
 from workbench.server.preflight import EnvironmentCheck, day_of_checks, warm_up_check
 from workbench.workshop import Room, RoomLimits, RoomSnapshot
 from workbench.workshop.room import AWAY_AFTER_S
@@ -45,11 +45,14 @@ class RoomTab:
 
 
 def server_figure_rows(figures: ThroughputFigures | None) -> list[tuple[str, str]]:
-    """(label, value) of the server's figures. The seam for per-engine figures: when the
-    metrics report decode tok/s per engine (multi-node serving), add a row per engine here."""
+    """(label, value) of the server's figures, with decode tok/s per engine when it serves several."""
     if figures is None:
         return []
-    return [(label, figures.display(name)) for name, label in SERVER_FIGURES.items()]
+    rows = [(label, figures.display(name)) for name, label in SERVER_FIGURES.items()]
+    per_engine = format_per_engine(figures.decode_tps_by_engine)
+    if per_engine:
+        rows.append((PER_ENGINE_LABEL, per_engine))
+    return rows
 
 
 def summary_markdown(snapshot: RoomSnapshot) -> str:

@@ -10,7 +10,7 @@ import gradio as gr
 import pandas as pd
 
 from workbench.metrics import SERIES_COLUMNS, MetricsPoller, SharedPoller, ThroughputFigures
-from workbench.metrics.display import FIGURE_LABELS, STRIP_FIGURES
+from workbench.metrics.display import FIGURE_LABELS, PER_ENGINE_LABEL, STRIP_FIGURES, format_per_engine
 
 TICK_S = 1.0
 WINDOW_S = 5.0
@@ -38,9 +38,9 @@ def figures_markdown(figures: ThroughputFigures | None, error: str | None = None
     if figures.spec_acceptance_by_position:
         per_pos = ", ".join(f"{v:.2f}" for v in figures.spec_acceptance_by_position)
         lines.append(f"| Acceptance per draft position | {per_pos} |")
-    if figures.decode_tps_by_engine and len(figures.decode_tps_by_engine) > 1:
-        per_engine = ", ".join(f"engine {e} {v:.1f}" for e, v in figures.decode_tps_by_engine.items())
-        lines.append(f"| Decode tok/s per engine | {per_engine} (sum {sum(figures.decode_tps_by_engine.values()):.1f}) |")
+    per_engine = format_per_engine(figures.decode_tps_by_engine)
+    if per_engine:
+        lines.append(f"| {PER_ENGINE_LABEL} | {per_engine} |")
     if figures.counter_reset:
         lines.append("\n⚠ The server's counters went down: it restarted; rates restart from zero.")
     if error:
