@@ -64,6 +64,7 @@ def client_worker(base: str, tokens: dict[int, str], inbox: Any, outbox: Any) ->
     while (job := inbox.get()) is not None:
         round_number, start_at = job
         results: dict[int, dict[str, Any]] = {}
+        cpu0 = time.process_time()
 
         def attendee(i: int) -> None:
             time.sleep(max(0.0, (start_at - time.monotonic_ns()) / 1e9))
@@ -79,7 +80,7 @@ def client_worker(base: str, tokens: dict[int, str], inbox: Any, outbox: Any) ->
             t.start()
         for t in threads:
             t.join(600)
-        outbox.put(results)
+        outbox.put((results, time.process_time() - cpu0))
 
 
 def main() -> int:
@@ -133,10 +134,14 @@ def main() -> int:
                 for _, inbox in workers:
                     inbox.put((round_number, start_at))
                 results: dict[int, dict] = {}
+                client_cpu = 0.0
                 for _ in workers:
-                    results.update(outbox.get(timeout=900))
-                busy = (cpu_seconds(app.pid) - cpu0) / (time.monotonic() - w0)
-                rounds.append((results, busy))
+                    part, cpu = outbox.get(timeout=900)
+                    results.update(part)
+                    client_cpu += cpu
+                wall = time.monotonic() - w0
+                busy = (cpu_seconds(app.pid) - cpu0) / wall
+                rounds.append((results, busy, client_cpu / wall))
             for proc, inbox in workers:
                 inbox.put(None)
                 proc.join(30)
@@ -147,7 +152,7 @@ def main() -> int:
     print(f"{args.attendees} attendees, {args.tokens} tokens at {args.rate:g} tok/s each; "
           f"app CPU idle {idle * 100:.1f} % of a core")
     failed = 0
-    for round_number, (results, busy) in enumerate(rounds):
+    for round_number, (results, busy, clients_busy) in enumerate(rounds):
         print(f"round {round_number + 1}\n{'attendee':>9} {'send->server (s)':>17} {'last token->answer (s)':>23}  own answer")
         worst_arrival = worst_answer = 0.0
         bad = errors = 0
@@ -168,7 +173,8 @@ def main() -> int:
             worst_arrival, worst_answer = max(worst_arrival, arrival), max(worst_answer, tail)
             print(f"{i:>9} {arrival:>17.3f} {tail:>23.3f}  {'yes' if own and not others else 'NO'}")
         print(f"round {round_number + 1}: worst send->server {worst_arrival:.3f} s; worst last token->answer "
-              f"{worst_answer:.3f} s; errors {errors}; wrong answers {bad}; app CPU {busy * 100:.0f} % of a core")
+              f"{worst_answer:.3f} s; errors {errors}; wrong answers {bad}; app CPU {busy * 100:.0f} % of a core; "
+              f"the scripted attendees' CPU {clients_busy * 100:.0f} % of a core (on the same 2 cores)")
         failed += errors + bad
     print(f"/proc/loadavg: {Path('/proc/loadavg').read_text().strip()}")
     return 0 if not failed else 1
