@@ -226,3 +226,28 @@ def test_ensure_server_reuses_a_running_server_for_the_same_command(demo_server,
         message = server.release()
     assert message.startswith("Stopped the server this notebook started")
     assert not server.handle.is_alive()
+
+
+# ── RecipePicker: known issues and the memory planner ───────────────────────
+
+
+def test_picker_shows_the_planner_for_the_demo_and_asks_for_config_json_on_spark(catalog, monkeypatch, tmp_path):
+    from workbench.planner import config as planner_config
+
+    planner_config.clear_cache()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    picker = widgets.RecipePicker(catalog, "cpu")
+    assert picker.memory is not None and picker.memory.kv_cache_tokens == 46592
+    assert "CPU KV cache size: 46,592 tokens" in picker.planner.value and "<table" in picker.planner.value
+    picker.hardware.value = "dgx_spark_gb10"
+    assert picker.memory is None and "config.json" in picker.planner.value and "--config" in picker.planner.value
+    assert "Known issue: --kv-cache-dtype fp8 makes engine initialisation fail" in picker.summary.value
+
+
+def test_picker_plans_spark_from_a_given_config(catalog):
+    from tests.test_planner import NANO_CONFIG
+
+    picker = widgets.RecipePicker(catalog, "dgx_spark_gb10", config_path=str(NANO_CONFIG), memory_gib=121.69)
+    assert picker.memory.settings.gpu_memory_utilization == 0.7 and picker.memory.layout.mamba_groups == 4
+    assert "GPU KV cache size:" in picker.planner.value and "262,144" in picker.planner.value

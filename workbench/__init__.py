@@ -2,7 +2,8 @@
 
 The flow, one subpackage per stage:
 
-    recipes/   YAML catalog --render(Selection)--> LaunchPlan
+    recipes/   YAML catalog --render(Selection)--> LaunchPlan (with the known issues it meets)
+    planner/   LaunchPlan + config.json --plan_memory--> MemoryPlan (KV cache, concurrency vs context)
     server/    LaunchPlan --launch--> ServerProcess (phases, log, diagnosis, stop)
     chat/      base_url --ChatSession.stream--> typed events --TurnTranscript--> a view
     metrics/   base_url --MetricsPoller--> ThroughputFigures
@@ -30,6 +31,10 @@ _EXPORTS: dict[str, str] = {
     "load_catalog": "workbench.recipes",
     "provenance_rows": "workbench.recipes",
     "render": "workbench.recipes",
+    # planner
+    "MemoryPlan": "workbench.planner",
+    "plan_memory": "workbench.planner",
+    "startup_capacity": "workbench.planner",
     # server
     "ServerProcess": "workbench.server",
     "attach": "workbench.server",
@@ -61,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "run_benchmark": "workbench.bench",
     # errors
     "BenchShapeError": "workbench.errors",
+    "PlannerError": "workbench.errors",
     "WorkbenchError": "workbench.errors",
     # notebook views
     "BenchView": "workbench.notebook",
@@ -97,7 +103,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.chat.tools import ToolRegistry, builtin_tools
     from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
     from workbench.demo.models import build_forcing_model, special_token_ids
-    from workbench.errors import BenchShapeError, WorkbenchError
+    from workbench.errors import BenchShapeError, PlannerError, WorkbenchError
     from workbench.metrics import MetricsPoller
     from workbench.notebook import (
         BenchView,
@@ -111,6 +117,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         ensure_server,
         reference_table,
     )
+    from workbench.planner import MemoryPlan, plan_memory, startup_capacity
     from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, provenance_rows, render
     from workbench.server import ServerProcess, attach, find_running, launch, list_servers
     from workbench.server.hardware import detect_hardware

@@ -8,6 +8,7 @@ WorkbenchError                  a user can fix it; `hint` says how
 ├── MetricsError                /metrics cannot be read or is not a vLLM server's
 ├── BenchError                  a benchmark cannot run as configured
 │   └── BenchShapeError         the shape does not fit the server (suggests one that does)
+├── PlannerError                the memory planner lacks what it needs (a config.json) or cannot model it
 ├── RoomError                   a workshop room refuses a sign-in or a turn (says why, and what to do)
 └── ToolError                   a tool call failed (sent back to the model)
 
@@ -17,8 +18,8 @@ the CLI prints message and hint, the UIs show them, nothing shows a traceback.
 
 from __future__ import annotations
 
-__all__ = ["BenchError", "BenchShapeError", "InputError", "LaunchError", "MetricsError", "RecipeError",
-           "RoomError", "SelectionError", "ToolError", "WorkbenchError"]
+__all__ = ["BenchError", "BenchShapeError", "InputError", "LaunchError", "MetricsError", "PlannerError",
+           "RecipeError", "RoomError", "SelectionError", "ToolError", "WorkbenchError"]
 
 
 class WorkbenchError(Exception):
@@ -63,6 +64,10 @@ class BenchShapeError(BenchError):
     def __init__(self, message: str, *, hint: str, suggested_input_tokens: int | None) -> None:
         super().__init__(message, hint=hint)
         self.suggested_input_tokens = suggested_input_tokens
+
+
+class PlannerError(WorkbenchError):
+    """The memory planner lacks what it needs (the checkpoint's config.json) or cannot model the model."""
 
 
 class RoomError(WorkbenchError):

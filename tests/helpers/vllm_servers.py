@@ -73,7 +73,9 @@ def start_vllm_server(
     served_name: str,
     log_dir: Path,
     extra_args: tuple[str, ...] | list[str] = (),
+    env: dict[str, str] | None = None,
 ) -> RunningServer:
+    """Start and wait until ready; `extra_args` come last (so they win), `env` adds to CPU_ENGINE_ENV."""
     port = server.free_port()
     argv = [
         vllm_executable(),
@@ -90,7 +92,7 @@ def start_vllm_server(
         "4096",
         *extra_args,
     ]
-    command = server.ServeCommand("local", argv, port, served_name, env=dict(CPU_ENGINE_ENV))
+    command = server.ServeCommand("local", argv, port, served_name, env={**CPU_ENGINE_ENV, **(env or {})})
     handle = server.start(command, state_dir=Path(log_dir) / "servers" / name)
     try:
         handle.wait_ready(STARTUP_TIMEOUT_S)

@@ -111,6 +111,9 @@ def _explain(plan: LaunchPlan) -> str:
         lines.append(f"fallback: {f.choice} {f.asked!r} -> {used}: {f.reason}")
     for n in plan.notes:
         lines.append(f"note: {n}")
+    for issue in plan.known_issues:
+        lines.append(f"known issue: {issue.title} [{issue.matched}]. {issue.change} "
+                     f"Sources: {' '.join(issue.sources)}")
     if plan.install_steps:
         lines.append("install: " + " && ".join(plan.install_steps))
     for name, text in plan.config_files.items():

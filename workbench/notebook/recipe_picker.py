@@ -1,7 +1,9 @@
-"""RecipePicker: dropdowns and checkboxes from the recipe data -> the rendered commands.
+"""RecipePicker: dropdowns and checkboxes from the recipe data -> the rendered commands,
+the known issues they meet, and the memory planner's concurrency against context.
 
 The choices, the Selection and the summary come from workbench.recipes.choices,
-the same functions the Gradio Recipe tab uses; this view only lays them out.
+the same functions the Gradio Recipe tab uses, and the planner from
+workbench.planner; this view only lays them out.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import ipywidgets as W
 
 from workbench.errors import WorkbenchError
 from workbench.notebook.html import error_html, esc, layer_badge, pre, table
+from workbench.planner import MemoryPlan, plan_memory
 from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, provenance_rows, recipe_for_hardware, render
 from workbench.recipes.choices import NO_SPEC, PlanSummary, choices_for, selection_from_choices, summarize_plan
 from workbench.server import hardware
 
-__all__ = ["RecipePicker", "summary_html"]
+__all__ = ["RecipePicker", "planner_html", "summary_html"]
 
 
 def summary_html(summary: PlanSummary) -> str:
@@ -26,11 +29,26 @@ def summary_html(summary: PlanSummary) -> str:
     for special in (summary.other_engine, summary.demo_engine):
         if special:
             lines.append(f"<i>{esc(special)}</i>")
+    for issue in summary.known_issues:
+        links = ", ".join(f'<a href="{esc(url)}" target="_blank">{esc(url)}</a>' for url in issue.sources)
+        lines.append(f'<div style="border-left: 4px solid #b02a37; padding-left: 6px; color: #842029">'
+                     f"⚠ <b>Known issue: {esc(issue.title)}</b> ({esc(issue.matched)})<br>{esc(issue.change)}"
+                     f"<br>Sources: {links}</div>")
     lines += [f"⚠ {esc(text)}" for text in summary.fallbacks]
     lines += [f"• {esc(note)}" for note in summary.notes]
     if summary.install_steps:
         lines.append("Install first: " + " &amp;&amp; ".join(f"<code>{esc(s)}</code>" for s in summary.install_steps))
     return "<br>".join(lines)
+
+
+def planner_html(memory: MemoryPlan) -> str:
+    """The memory planner's summary and its concurrency-against-context table."""
+    head = (f"<b>Memory planner</b> · <code>{esc(memory.model_id)}</code> on <b>{esc(memory.hardware)}</b> "
+            f"(config.json from {esc(memory.config_source)})")
+    lines = "".join(f"<li>{esc(line)}</li>" for line in memory.summary_lines())
+    rows = [[f"{r.context:,}", f"{r.max_concurrency:.2f}", f"{r.kv_cache_tokens:,}"] for r in memory.table]
+    return (f"{head}<ul style='margin: 2px 0'>{lines}</ul>"
+            + table(["context (tokens)", "max concurrent sequences", "KV cache (tokens)"], rows))
 
 
 class RecipePicker:
@@ -41,10 +59,13 @@ class RecipePicker:
     """
 
     def __init__(self, catalog: Catalog | None = None, hardware_id: str | None = None, *,
-                 port: int | None = None) -> None:
+                 port: int | None = None, config_path: str | None = None, memory_gib: float | None = None) -> None:
         self.catalog = catalog or load_catalog()
         self.port = port
+        self.config_path = config_path  # the checkpoint's config.json for the planner (else HF cache / Hub)
+        self.memory_gib = memory_gib
         self.plan: LaunchPlan | None = None
+        self.memory: MemoryPlan | None = None  # the planner's answer for `plan` (None: see planner.value)
         self.error: WorkbenchError | None = None
         self._callbacks: list[Callable[[LaunchPlan], None]] = []
         self._recipe_id: str | None = None
@@ -71,10 +92,11 @@ class RecipePicker:
         self.command = W.HTML()
         self.docker = W.HTML()
         self.provenance = W.HTML()
+        self.planner = W.HTML()
         choices = W.VBox([self.hardware, self.recipe, self.variant, self.strategy, self.spec, self.preset,
                           self.extra, W.HTML("<b>Features</b>"), self.features])
         outputs = W.VBox([self.summary, W.HTML("<b>vllm serve</b>"), self.command,
-                          W.HTML("<b>docker run</b>"), self.docker,
+                          W.HTML("<b>docker run</b>"), self.docker, self.planner,
                           W.HTML("<b>Where each flag comes from</b>"), self.provenance],
                          layout=W.Layout(width="100%"))
         self.widget = W.VBox([choices, outputs])
@@ -142,7 +164,8 @@ class RecipePicker:
         except WorkbenchError as exc:
             self.plan, self.error = None, exc
             self.summary.value = error_html(exc)
-            self.command.value = self.docker.value = self.provenance.value = ""
+            self.command.value = self.docker.value = self.provenance.value = self.planner.value = ""
+            self.memory = None
             return None
         self.plan, self.error = plan, None
         self.summary.value = summary_html(summarize_plan(plan, self.catalog))
@@ -153,6 +176,20 @@ class RecipePicker:
         self.provenance.value = table(
             ["flag / env", "value", "from layer", "why"], rows, raw=True,
             column_styles=("white-space: nowrap;", "max-width: 22em; overflow-wrap: anywhere;", "white-space: nowrap;"))
+        self._plan_memory(plan)
         for callback in self._callbacks:
             callback(plan)
         return plan
+
+    def _plan_memory(self, plan: LaunchPlan) -> None:
+        # After render (which stays pure): the planner reads config.json.
+        if plan.engine != "vllm":
+            self.memory, self.planner.value = None, ""
+            return
+        try:
+            self.memory = plan_memory(plan, self.catalog, config_path=self.config_path, memory_gib=self.memory_gib)
+        except WorkbenchError as exc:
+            self.memory = None
+            self.planner.value = "<b>Memory planner</b>" + error_html(exc)
+            return
+        self.planner.value = planner_html(self.memory)

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 __all__ = [
     "Unit",
+    "canonical_flag",
     "dedupe_args",
     "dedupe_units",
     "env_word",
     "flag_value",
+    "flag_values",
     "has_flag",
     "join_lines",
     "set_flag",
@@ -99,6 +101,28 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
         elif u.flag is not None and u.flag.startswith(flag + "="):
             found = u.flag.split("=", 1)[1]
     return found
+
+
+def canonical_flag(flag: str) -> str:
+    """`--kv_cache_dtype` and `--kv-cache-dtype` are one flag to vLLM's parser: the hyphen form."""
+    name, dot, rest = flag.partition(".")
+    return name.replace("_", "-") + dot + rest
+
+
+def flag_values(argv: Sequence[str]) -> dict[str, str | None]:
+    """Every flag of argv in canonical spelling -> its last value ("" for `--a=`; None for a switch).
+
+    Of a switch pair (`--enable-x` / `--no-enable-x`) only the later one is kept, as
+    vLLM's parser lets the last one win."""
+    out: dict[str, str | None] = {}
+    for u in units(argv):
+        if u.flag is None:
+            continue
+        name, eq, inline = u.flag.partition("=")
+        name = canonical_flag(name)
+        out.pop("--" + name[5:] if name.startswith("--no-") else "--no-" + name[2:], None)
+        out[name] = inline if eq else u.value
+    return out
 
 
 def has_flag(argv: Sequence[str], flag: str) -> bool:

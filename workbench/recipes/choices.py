@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from workbench.errors import InputError
 from workbench.recipes.catalog import Catalog
+from workbench.recipes.known_issues import KnownIssue
 from workbench.recipes.plan import DEFAULT_PORT, LaunchPlan, Selection
 
 __all__ = ["NO_SPEC", "PlanSummary", "RecipeChoices", "choices_for", "selection_from_choices", "summarize_plan"]
@@ -116,6 +117,7 @@ class PlanSummary:
     fallbacks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     install_steps: list[str] = field(default_factory=list)
+    known_issues: list[KnownIssue] = field(default_factory=list)  # the plan's, shown as warnings
 
 
 def summarize_plan(plan: LaunchPlan, catalog: Catalog) -> PlanSummary:
@@ -141,4 +143,5 @@ def summarize_plan(plan: LaunchPlan, catalog: Catalog) -> PlanSummary:
         fallbacks=[f"{fb.choice}: asked {fb.asked}, using {fb.used} — {fb.reason}" for fb in plan.fallbacks],
         notes=list(plan.notes),
         install_steps=list(plan.install_steps),
+        known_issues=list(plan.known_issues),
     )

@@ -7,11 +7,13 @@ together in one RecipeError, so a recipe author fixes them in one pass.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from workbench.errors import RecipeError
 from workbench.recipes.catalog import (
@@ -22,6 +24,7 @@ from workbench.recipes.catalog import (
     Strategy,
     default_recipes_dir,
 )
+from workbench.recipes.known_issues import NUMERIC_TESTS, PLANNER_CHECKS
 
 __all__ = ["load_catalog", "load_recipe"]
 
@@ -233,6 +236,80 @@ def _validate_workbench(p: _Problems, wb: Any, variants: Mapping[str, Any]) -> N
             isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
         ):
             p.add(f"workbench.{k}", "a mapping of name -> text", v)
+    _validate_known_issues(p, wb.get("known_issues"))
+
+
+def _validate_known_issues(p: _Problems, issues: Any) -> None:
+    if issues is None:
+        return
+    if not isinstance(issues, list):
+        p.add("workbench.known_issues", "a list of known issues", issues)
+        return
+    seen: set[str] = set()
+    for i, ki in enumerate(issues):
+        base = f"workbench.known_issues[{i}]"
+        if not isinstance(ki, dict):
+            p.add(base, "a mapping with id, title, when, symptom, change, sources", ki)
+            continue
+        for k in ("id", "title", "symptom", "change"):
+            if not isinstance(ki.get(k), str) or not ki[k].strip():
+                p.add(f"{base}.{k}", "a non-empty string", ki.get(k))
+        if ki.get("id") in seen:
+            p.add(f"{base}.id", "an id no other known issue uses", ki.get("id"))
+        seen.add(str(ki.get("id")))
+        sources = ki.get("sources")
+        if not _is_str_list(sources) or not sources or not all(s.startswith("https://") for s in sources):
+            p.add(f"{base}.sources", "a non-empty list of public https:// URLs (issue or PR)", sources)
+        pattern = ki.get("log_pattern")
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as exc:
+                p.add(f"{base}.log_pattern", f"a regular expression ({exc})", pattern)
+        if ki.get("check") is not None and ki["check"] not in PLANNER_CHECKS:
+            p.add(f"{base}.check", f"one of {', '.join(PLANNER_CHECKS)}", ki["check"])
+        _validate_when(p, f"{base}.when", ki.get("when"))
+
+
+def _validate_when(p: _Problems, base: str, when: Any) -> None:
+    if when is None:
+        return
+    if not isinstance(when, dict):
+        p.add(base, "a mapping of hardware, flags, images, vllm", when)
+        return
+    for k in when:
+        if k not in ("hardware", "flags", "images", "vllm"):
+            p.add(f"{base}.{k}", "one of hardware, flags, images, vllm", k)
+    for k in ("hardware", "images"):
+        if k in when and not _is_str_list(when[k]):
+            p.add(f"{base}.{k}", "a list of strings", when[k])
+    if "vllm" in when:
+        try:
+            SpecifierSet(str(when["vllm"]))
+        except InvalidSpecifier:
+            p.add(f"{base}.vllm", "a version specifier such as \">=0.28,<0.30\"", when["vllm"])
+    flags = when.get("flags")
+    if flags is None:
+        return
+    if not isinstance(flags, dict):
+        p.add(f"{base}.flags", "a mapping of flag -> condition", flags)
+        return
+    for flag, cond in flags.items():
+        fb = f"{base}.flags.{flag}"
+        if not str(flag).startswith("--"):
+            p.add(fb, "a flag name starting with --", flag)
+        if isinstance(cond, str):
+            try:
+                re.compile(cond)
+            except re.error as exc:
+                p.add(fb, f"a regular expression ({exc})", cond)
+        elif isinstance(cond, dict):
+            tests = [k for k in cond if k in NUMERIC_TESTS]
+            if not tests or any(k not in (*NUMERIC_TESTS, "default") for k in cond) or not all(
+                    isinstance(cond[k], (int, float)) for k in tests):
+                p.add(fb, f"a mapping of {'/'.join(NUMERIC_TESTS)}: number (and default)", cond)
+        elif not isinstance(cond, bool):
+            p.add(fb, "true, false, a regular expression or a numeric test", cond)
 
 
 def _validate_preset(p: _Problems, base: str, pr: Any, variants: Mapping[str, Any]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from workbench.errors import InputError
 from workbench.recipes.argv import env_word, join_lines, shell_quote, units
 from workbench.recipes.catalog import Catalog, Engine
+from workbench.recipes.known_issues import KnownIssue
 
 __all__ = ["DEFAULT_PORT", "Fallback", "LaunchPlan", "Selection",
            "provenance_rows", "split_extra_flags"]
@@ -107,10 +108,12 @@ class LaunchPlan:
     worker_argvs: list[list[str]] = field(default_factory=list)
     worker_docker_argvs: list[list[str]] = field(default_factory=list)
     config_files: dict[str, str] = field(default_factory=dict)
+    known_issues: list[KnownIssue] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["fallbacks"] = [f.to_dict() for f in self.fallbacks]
+        d["known_issues"] = [k.to_dict() for k in self.known_issues]
         d["shell_command"] = self.shell_command(multiline=False)
         d["docker_command"] = self.docker_command(multiline=False)
         return d
@@ -120,6 +123,7 @@ class LaunchPlan:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["fallbacks"] = [Fallback(**f) for f in kw.get("fallbacks", [])]
+        kw["known_issues"] = [KnownIssue.from_dict(k) for k in kw.get("known_issues", [])]
         return cls(**kw)
 
     def _argv_for(self, worker: int | None) -> list[str]:

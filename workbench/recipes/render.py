@@ -30,6 +30,7 @@ from typing import Any
 
 from workbench.recipes.argv import Unit, dedupe_units, units
 from workbench.recipes.catalog import Catalog, HardwareProfile, Preset, Recipe, Strategy
+from workbench.recipes.known_issues import matching_known_issues
 from workbench.recipes.loading import load_catalog
 from workbench.recipes.multinode import HEAD_IP, IFACE_NAME, node_parallel_args
 from workbench.recipes.plan import DEFAULT_PORT, Fallback, LaunchPlan, Selection, split_extra_flags
@@ -148,6 +149,7 @@ def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
         tensor_parallel_size=res.tp,
         worker_argvs=worker_argvs,
         worker_docker_argvs=[docker_run_argv(w, env, image, res.hw, sel.port) for w in worker_argvs],
+        known_issues=matching_known_issues(recipe, res.hw, argv, image),
     )
 
 
@@ -428,4 +430,5 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
         deploy_type="single_node",
         tensor_parallel_size=tp,
         config_files=dict(preset.config_files),
+        known_issues=matching_known_issues(recipe, hw, argv, image) if preset.engine == "vllm" else [],
     )

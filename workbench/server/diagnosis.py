@@ -8,17 +8,23 @@ rule matching, the diagnosis says so and carries the last log lines.
 
 The patterns are vLLM 0.32's (and torch's / huggingface_hub's) own messages, as
 captured from real failing launches in tests/fixtures/launch-logs/.
+
+A recipe's known issues (`workbench.known_issues`) with a `log_pattern` are matched
+too: the diagnosis then names the issue, its change and its source
+(`known_issues_for_plan` collects the candidates of a launched plan).
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
 
-__all__ = ["Cause", "Diagnosis", "diagnose", "last_lines", "RULES"]
+from workbench.recipes.known_issues import KnownIssue, known_issue_entries, log_known_issue
+
+__all__ = ["Cause", "Diagnosis", "diagnose", "known_issues_for_plan", "last_lines", "RULES"]
 
 Cause = Literal[
     "out_of_memory",
@@ -35,6 +41,7 @@ Cause = Literal[
     "no_gpu",
     "engine_died",
     "killed",
+    "known_issue",
     "unknown",
     # a node of a multi-node deployment (workbench.server.node_diagnosis)
     "host_unreachable",
@@ -54,6 +61,7 @@ class Diagnosis:
     evidence: str = ""  # the log line the rule matched
     exit_code: int | None = None
     log_tail: list[str] = field(default_factory=list)
+    known_issue: dict[str, Any] | None = None  # the recipe's known issue the log shows (KnownIssue.to_dict())
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +73,9 @@ class Diagnosis:
     def describe(self) -> str:
         """Summary and fix as a short paragraph, for a CLI or a status box."""
         text = f"{self.summary}\nFix: {self.fix}"
+        if self.known_issue:
+            ki = self.known_issue
+            text += f"\nKnown issue: {ki['title']} ({', '.join(ki['sources'])})"
         if self.cause == "unknown" and self.log_tail:
             text += "\nLast log lines:\n" + "\n".join(self.log_tail)
         return text
@@ -246,8 +257,42 @@ def _signal_name(exit_code: int) -> str | None:
         return None
 
 
-def diagnose(log_text: str, *, exit_code: int | None = None) -> Diagnosis:
-    """The first rule that matches the log, else "killed" (by a signal) or "unknown"."""
+# Causes too general to beat a known issue's own change.
+_GENERIC = ("engine_died", "unknown", "killed", "invalid_config")
+
+
+def known_issues_for_plan(plan: Mapping[str, Any] | None) -> list[KnownIssue]:
+    """The known issues a failed launch of `plan` (LaunchPlan.to_dict()) may show: those the
+    render matched, then every entry of its recipe with a log pattern (the log decides)."""
+    if not plan:
+        return []
+    issues = [KnownIssue.from_dict(k) for k in plan.get("known_issues") or []]
+    try:
+        from workbench.recipes import load_catalog
+
+        issues += known_issue_entries(load_catalog().recipe(str(plan.get("recipe_id"))))
+    except Exception:  # noqa: BLE001 - a broken recipe folder must not hide the diagnosis
+        pass
+    return issues
+
+
+def diagnose(log_text: str, *, exit_code: int | None = None,
+             known_issues: Iterable[KnownIssue] = ()) -> Diagnosis:
+    """The first rule that matches the log, else "killed" (by a signal) or "unknown";
+    named with the first of `known_issues` whose log pattern the log shows."""
+    found = _diagnose_by_rules(log_text, exit_code)
+    hit = log_known_issue(known_issues, log_text)
+    if hit is None:
+        return found
+    issue, line = hit
+    named = {**issue.to_dict(), "evidence": line}
+    if found.cause not in _GENERIC:
+        return replace(found, known_issue=named)
+    return replace(found, cause="known_issue" if found.cause == "unknown" else found.cause,
+                   summary=f"{issue.title} (a known issue).", fix=issue.change, evidence=line, known_issue=named)
+
+
+def _diagnose_by_rules(log_text: str, exit_code: int | None) -> Diagnosis:
     tail = last_lines(log_text)
     for rule in RULES:
         match = rule.pattern.search(log_text)

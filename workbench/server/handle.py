@@ -23,7 +23,7 @@ import httpx
 
 from workbench.errors import LaunchError
 from workbench.server.command import DEFAULT_HOST, Mode
-from workbench.server.diagnosis import Diagnosis, diagnose
+from workbench.server.diagnosis import Diagnosis, diagnose, known_issues_for_plan
 from workbench.server.phases import PhaseDetector, PhaseRecord, StartupPhase, Status
 from workbench.server.ports import port_holder
 from workbench.server.process import STOP_TIMEOUT_S, ProcessGroup, StopResult, StopStage, proc_stat, stop_group
@@ -362,7 +362,8 @@ class ServerProcess:
 
     def _fail(self, exit_code: int | None) -> None:
         self.exit_code = exit_code
-        self.diagnosis = diagnose(self.log_text(), exit_code=exit_code)
+        self.diagnosis = diagnose(self.log_text(), exit_code=exit_code,
+                                  known_issues=known_issues_for_plan(self.plan))
         if self.diagnosis.cause == "address_in_use":
             holder = port_holder(self.port)
             if holder and holder.pid not in self.group_pids():
@@ -439,9 +440,12 @@ class ServerProcess:
             self._watcher.join(5)
         if self.status is Status.STOPPED:
             raise LaunchError(f"vllm serve on port {self.port} was stopped before it was ready.")
-        d = self.diagnosis or diagnose(self.log_text(), exit_code=self.exit_code)
+        d = self.diagnosis or diagnose(self.log_text(), exit_code=self.exit_code,
+                                       known_issues=known_issues_for_plan(self.plan))
+        known = (f"\nKnown issue: {d.known_issue['title']} ({d.known_issue['sources'][0]})"
+                 if d.known_issue and d.known_issue.get("sources") else "")
         raise LaunchError(f"vllm serve on port {self.port} failed: {d.summary}",
-                          hint=f"{d.fix}\nLog: {self.log_path}")
+                          hint=f"{d.fix}{known}\nLog: {self.log_path}")
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> StopResult:
         """Staged stop of the whole process group (or docker stop); an attached

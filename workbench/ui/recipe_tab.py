@@ -1,4 +1,5 @@
-"""Recipe tab: choices → the exact `vllm serve` / `docker run` commands and where each flag comes from."""
+"""Recipe tab: choices → the exact `vllm serve` / `docker run` commands, where each flag comes from,
+the known issues the command meets, and the memory planner (concurrency against context)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from workbench.errors import WorkbenchError
-from workbench.recipes import Catalog, provenance_rows, recipe_for_hardware, render
+from workbench.planner import MemoryPlan, plan_memory
+from workbench.recipes import Catalog, LaunchPlan, provenance_rows, recipe_for_hardware, render
 from workbench.recipes.choices import NO_SPEC, PlanSummary, choices_for, selection_from_choices, summarize_plan
 from workbench.recipes.resolve import hardware_supported
 
@@ -31,6 +33,10 @@ class RecipeTab:
     docker: gr.Code
     provenance: gr.Dataframe
     plan: gr.State
+    planner: gr.Markdown
+    planner_table: gr.Dataframe
+    planner_memory: gr.Number
+    planner_config: gr.Textbox
 
     @property
     def inputs(self) -> list:
@@ -51,11 +57,46 @@ def summary_markdown(summary: PlanSummary) -> str:
             lines.append(f"> {special}")
     if summary.facts:
         lines.append(" · ".join(summary.facts))
+    for issue in summary.known_issues:
+        sources = ", ".join(f"[{_source_label(url)}]({url})" for url in issue.sources)
+        lines.append(f"> ⚠ **Known issue: {issue.title}** ({issue.matched})  \n> {issue.change}  \n> "
+                     f"Sources: {sources}\n")  # the blank line ends the quote: one box per issue
     lines += [f"- ⚠ {text}" for text in summary.fallbacks]
     lines += [f"- {note}" for note in summary.notes]
     if summary.install_steps:
         lines.append("\n**Install**\n```bash\n" + "\n".join(summary.install_steps) + "\n```")
     return "\n".join(lines)
+
+
+def _source_label(url: str) -> str:
+    """`owner/repo#123` for a GitHub issue or PR URL."""
+    parts = url.rstrip("/").split("/")
+    if len(parts) >= 7 and parts[2] == "github.com":
+        return f"{parts[3]}/{parts[4]}#{parts[6]}"
+    return url
+
+
+PLANNER_HEADERS = ["context (tokens)", "max concurrent sequences", "KV cache (tokens)"]
+
+
+def planner_markdown(memory: MemoryPlan) -> str:
+    lines = [f"**Memory planner** · `{memory.model_id}` on **{memory.hardware}** (config.json from "
+             f"{memory.config_source})"]
+    lines += [f"- {line}" for line in memory.summary_lines()]
+    return "\n".join(lines)
+
+
+def planner_outputs(catalog: Catalog, plan: dict | None, memory_gib, config_path):
+    """The planner for the rendered plan: its summary and the concurrency-against-context table."""
+    if not plan:
+        return "", []
+    try:
+        memory = plan_memory(LaunchPlan.from_dict(plan), catalog, config_path=(config_path or "").strip() or None,
+                             memory_gib=float(memory_gib) if memory_gib else None)
+    except WorkbenchError as exc:
+        return f"**Memory planner:** {exc.message}" + (f"\n\n{exc.hint}" if exc.hint else ""), []
+    rows = [[f"{r.context:,}", f"{r.max_concurrency:.2f}", f"{r.kv_cache_tokens:,}"] for r in memory.table]
+    return planner_markdown(memory), rows
 
 
 def render_outputs(catalog: Catalog, recipe, hardware, variant, strategy, nodes, features, spec, preset, port,
@@ -87,7 +128,8 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
             recipe = gr.Dropdown(
                 [(r.title, rid) for rid, r in catalog.recipes.items()], value=recipe_id, label="Recipe"
             )
-            hardware = gr.Dropdown(_hardware_choices(catalog), value=default_hardware, label="Hardware")
+            hardware = gr.Dropdown(_hardware_choices(catalog), value=default_hardware, label="Hardware",
+                                   elem_id="recipe-hardware")
             preset = gr.Dropdown(c.presets, value="", label="Model-card preset")
             variant = gr.Dropdown(c.variants, value="", label="Variant")
             strategy = gr.Dropdown(c.strategies, value="", label="Strategy")
@@ -103,6 +145,15 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
             summary = gr.Markdown(elem_id="recipe-summary")
             command = gr.Code(language="shell", label="vllm serve", elem_id="serve-command", interactive=False)
             docker = gr.Code(language="shell", label="docker run", elem_id="docker-command", interactive=False)
+            with gr.Group():
+                planner = gr.Markdown(elem_id="recipe-planner")
+                planner_table = gr.Dataframe(
+                    headers=PLANNER_HEADERS, label="Sequences that fit at each context (vLLM's 'Maximum concurrency')",
+                    interactive=False, elem_id="recipe-planner-table")
+                with gr.Accordion("Planner inputs", open=False):
+                    planner_memory = gr.Number(value=None, label="Memory per GPU in GiB (0: the hardware profile's)")
+                    planner_config = gr.Textbox(label="config.json of the checkpoint (path; empty: HF cache or Hub)",
+                                                elem_id="recipe-planner-config")
             provenance = gr.Dataframe(
                 headers=["flag", "value", "from layer", "why"],
                 label="Where each flag comes from",
@@ -111,7 +162,8 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
             )
     tab = RecipeTab(
         recipe, hardware, variant, strategy, nodes, features, spec, preset, port, served, max_len,
-        extra, summary, command, docker, provenance, gr.State(None),
+        extra, summary, command, docker, provenance, gr.State(None), planner, planner_table,
+        planner_memory, planner_config,
     )
 
     def on_recipe_change(recipe_id):
@@ -137,6 +189,11 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
         lambda *v: render_outputs(catalog, *v), tab.inputs, outputs
     )
     hardware.change(on_hardware_change, [hardware, recipe], recipe)
+    # The planner reads config.json (I/O), so it runs after render, on each new plan.
+    planner_inputs = [tab.plan, planner_memory, planner_config]
+    tab.plan.change(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
+    planner_memory.change(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
+    planner_config.submit(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
     for comp in [hardware, variant, strategy, nodes, features, spec, preset, port, served, max_len, extra]:
         event = comp.submit if isinstance(comp, gr.Textbox) else comp.change
         event(lambda *v: render_outputs(catalog, *v), tab.inputs, outputs)
