@@ -231,3 +231,97 @@ def test_bad_arguments_and_unknown_tools_are_error_results():
     tool_error = registry.run("calculator", {"expression": "a.b"})
     assert tool_error.error.startswith("Attribute access is not allowed. Use numbers")
     assert registry.run("calculator", {"expression": "6*7"}).result == {"expression": "6*7", "result": 42}
+
+
+# --- tools run in a worker process that is killed at its deadline --------------------------
+
+
+def test_a_tool_that_hogs_the_gil_is_killed_and_the_app_keeps_running():
+    """round(1, -10**7) is one C call of seconds: a thread would run past its timeout and
+    stall every other thread. In the worker it is refused; a hog that gets through is killed."""
+    import threading
+
+    registry = builtin_tools()
+    refused = registry.run("calculator", {"expression": "round(1, -10**7)"})
+    assert refused.error.startswith("round's digits must be a whole number within ±100.")
+
+    def hog() -> int:
+        """Holds the GIL for a long time in one C call."""
+        return len(str(10 ** (10**7)))
+
+    registry = ToolRegistry(timeout_s=0.5)
+    registry.register(hog)
+    ticks = []
+    stop = threading.Event()
+
+    def ticker() -> None:  # another thread of the app, which must keep running
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    started = time.monotonic()
+    threads_before = threading.active_count()
+    outcome = registry.run("hog", {})
+    stop.set()
+    thread.join()
+    assert outcome.error == "hog did not finish within 0.5 s."
+    assert time.monotonic() - started < 2
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert gaps and max(gaps) < 0.5, max(gaps)  # the other thread never stalled
+    assert threading.active_count() <= threads_before  # nothing left running for the killed call
+
+
+def test_a_tool_cannot_end_the_app():
+    import os
+    import sys
+
+    def quits() -> None:
+        """Calls sys.exit."""
+        sys.exit(3)
+
+    def interrupts() -> None:
+        """Raises KeyboardInterrupt."""
+        raise KeyboardInterrupt
+
+    def dies() -> None:
+        """Ends its process."""
+        os._exit(9)
+
+    registry = ToolRegistry([quits, interrupts, dies])
+    assert registry.run("quits", {}).error.startswith("The tool tried to exit (SystemExit 3)")
+    assert registry.run("interrupts", {}).error == "The tool was interrupted (KeyboardInterrupt)."
+    assert registry.run("dies", {}).error == "The tool's process ended (exit code 9) without a result."
+    assert asyncio.run(registry.arun("quits", {})).error.startswith("The tool tried to exit")
+
+
+def test_results_sent_to_the_model_are_always_valid_json():
+    import json
+
+    registry = builtin_tools()
+    huge = registry.run("calculator", {"expression": "1e999"})
+    assert huge.error.startswith("The value is not finite")
+    json.loads(huge.content_for_model())
+
+    def odd() -> dict:
+        """Returns what JSON cannot hold."""
+        return {"inf": float("inf"), "nan": float("nan"), "set": {1}, 3: "key"}
+
+    registry = ToolRegistry([odd])
+    content = registry.run("odd", {}).content_for_model()
+    assert json.loads(content) == {"inf": "Infinity", "nan": "NaN", "set": "{1}", "3": "key"}
+
+
+def test_arguments_are_bounded():
+    registry = builtin_tools()
+    import json
+
+    arguments = {"expression": "1+" * 20_000 + "1"}
+    outcome = registry.run("calculator", arguments)
+    assert outcome.error == f"The arguments are {len(json.dumps(arguments))} characters of JSON; the limit is 20000."
+    assert registry.run("calculator", {"expression": 7}).error.startswith("The expression must be text, not int")
+    too_long = registry.run("calculator", {"expression": "(" * 400 + "1" + ")" * 400})
+    assert too_long.error.startswith("The expression is longer than 500 characters.")
+    # 400 unary minus signs: deep, but within the limits; it evaluates.
+    assert registry.run("calculator", {"expression": "-" * 400 + "1"}).result["result"] == 1

@@ -17,7 +17,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from workbench.chat.budget import continuation_body, continuation_prompt_ids
@@ -135,7 +135,7 @@ class ChatSession:
         self.request_hook = request_hook
         self.http_client = http_client
         self.timeout_s = timeout_s
-        self.last_request_body: dict | None = None  # what the last request sent, for display
+        self.last_request_body: dict[str, Any] | None = None  # what the last request sent, for display
         self._turns = 0
         self._stop_flag = threading.Event()
         self._stop_lock = threading.Lock()
@@ -156,7 +156,7 @@ class ChatSession:
         """Forget the conversation (options and tools stay)."""
         self.conversation = Conversation()
 
-    async def astream(self, user_text: str | None) -> AsyncIterator[ChatEvent]:
+    async def astream(self, user_text: str | None) -> AsyncGenerator[ChatEvent, None]:
         """Send `user_text` (None: re-run from the conversation as it is, e.g. after an error)."""
         self._stop_flag.clear()
         with self._stop_lock:
@@ -195,7 +195,7 @@ class ChatSession:
     # -- driving the async core from sync code
 
     def _stream_on_worker(self, user_text: str | None) -> Iterator[ChatEvent]:
-        events: queue.Queue = queue.Queue()
+        events: queue.Queue[Any] = queue.Queue()
         done = object()
 
         def pump() -> None:
@@ -251,20 +251,20 @@ class ChatSession:
         self.options.model = models[0]
         return str(models[0])
 
-    def _offered_tools(self) -> list[dict]:
+    def _offered_tools(self) -> list[dict[str, Any]]:
         if self.tools is None or not self.options.use_tools:
             return []
         return self.tools.schemas()
 
-    def _hooked(self, body: dict, info: RequestInfo) -> dict:
+    def _hooked(self, body: dict[str, Any], info: RequestInfo) -> dict[str, Any]:
         if self.request_hook:
             extra = self.request_hook(info)
             if extra:
                 body = deep_merge(body, extra)
         return body
 
-    def _request_body(self, model: str, messages: list[dict], tools: list[dict], step: int,
-                      max_tokens: int | None) -> dict:
+    def _request_body(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], step: int,
+                      max_tokens: int | None) -> dict[str, Any]:
         opts = self.options
         template_kwargs: dict[str, Any] = {"enable_thinking": opts.reasoning}
         if tools:
@@ -289,7 +289,7 @@ class ChatSession:
         body = deep_merge(body, opts.extra_body)
         return self._hooked(body, RequestInfo(self._turns, step, "chat", messages))
 
-    def _wire_messages(self) -> list[dict]:
+    def _wire_messages(self) -> list[dict[str, Any]]:
         messages = []
         if self.options.system_prompt:
             messages.append({"role": "system", "content": self.options.system_prompt})
@@ -463,7 +463,7 @@ class ChatSession:
 
     # -- reading a stream
 
-    async def _next_or_stop(self, iterator: Any, stop_wait: asyncio.Future) -> Any:
+    async def _next_or_stop(self, iterator: Any, stop_wait: asyncio.Future[Any]) -> Any:
         """The next chunk, or None when stop() was called first (the read is cancelled)."""
         next_chunk = asyncio.ensure_future(iterator.__anext__())
         try:
@@ -477,7 +477,7 @@ class ChatSession:
         await _cancel_quietly(next_chunk)
         return None
 
-    async def _stream_chat(self, client: Any, body: dict, step: Step, step_number: int) -> AsyncIterator[ChatEvent]:
+    async def _stream_chat(self, client: Any, body: dict[str, Any], step: Step, step_number: int) -> AsyncIterator[ChatEvent]:
         self.last_request_body = body
         stream = await client.chat.completions.create(
             **{k: v for k, v in body.items() if k in _CHAT_FIELDS},
@@ -511,7 +511,7 @@ class ChatSession:
             stop_wait.cancel()
             await stream.close()  # closing the HTTP stream makes vLLM abort the request
 
-    async def _continue_after_budget(self, client: Any, model: str, messages: list[dict], tools: list[dict],
+    async def _continue_after_budget(self, client: Any, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                                      step: Step, step_number: int, budget: int) -> AsyncIterator[ChatEvent]:
         yield Notice(
             "reasoning_budget",
@@ -532,7 +532,7 @@ class ChatSession:
             yield event
 
 
-async def _cancel_quietly(task: asyncio.Future) -> None:
+async def _cancel_quietly(task: asyncio.Future[Any]) -> None:
     """Cancel a pending chunk read and wait for it, so no orphan task reports an error."""
     task.cancel()
     try:

@@ -63,11 +63,11 @@ class Diagnosis:
     log_tail: list[str] = field(default_factory=list)
     known_issue: dict[str, Any] | None = None  # the recipe's known issue the log shows (KnownIssue.to_dict())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> Diagnosis:
+    def from_dict(cls, d: dict[str, Any]) -> Diagnosis:
         return cls(**d)
 
     def describe(self) -> str:
@@ -89,9 +89,17 @@ class Rule:
     fix: Callable[[re.Match[str]], str]
 
 
-def _rule(cause: Cause, pattern: str, summary, fix) -> Rule:
-    as_fn = lambda v: v if callable(v) else (lambda m: v)  # noqa: E731
-    return Rule(cause, re.compile(pattern, re.MULTILINE), as_fn(summary), as_fn(fix))
+MatchText = Callable[[re.Match[str]], str]
+
+
+def _as_fn(value: str | MatchText) -> MatchText:
+    if callable(value):
+        return value
+    return lambda match: value
+
+
+def _rule(cause: Cause, pattern: str, summary: str | MatchText, fix: str | MatchText) -> Rule:
+    return Rule(cause, re.compile(pattern, re.MULTILINE), _as_fn(summary), _as_fn(fix))
 
 
 _MEMORY_DOCS = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"

@@ -90,7 +90,7 @@ class ServerProcess:
     A handle loaded from a state file (find_running, load_server) works out
     its status when asked (`refresh()`), from the process table and HTTP."""
 
-    def __init__(self, state: dict[str, Any], state_dir: Path, popen: subprocess.Popen | None = None) -> None:
+    def __init__(self, state: dict[str, Any], state_dir: Path, popen: subprocess.Popen[bytes] | None = None) -> None:
         self.state_dir = state_dir
         self.mode: Mode = state["mode"]
         self.port: int = state["port"]
@@ -141,7 +141,7 @@ class ServerProcess:
         return f"{self.base_url}/v1"
 
     @property
-    def popen(self) -> subprocess.Popen | None:
+    def popen(self) -> subprocess.Popen[bytes] | None:
         """The Popen of the group leader when this process started it, else None."""
         return self._popen
 

@@ -43,6 +43,7 @@ _FUNCTIONS: dict[str, Callable[..., float]] = {
 MAX_EXPONENT = 1000
 MAX_MAGNITUDE = 10**100
 MAX_EXPRESSION_CHARS = 500
+MAX_ROUND_DIGITS = 100  # round(x, -10**7) would compute 10**(10**7): seconds of CPU in one C call
 
 
 def _calc_error(message: str) -> ToolError:
@@ -53,13 +54,22 @@ def _calc_error(message: str) -> ToolError:
     )
 
 
+def _checked(value: int | float) -> int | float:
+    """A finite number within MAX_MAGNITUDE, else the calculator's error."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _calc_error("The value is not finite (infinity or NaN); only finite numbers are supported.")
+    if abs(value) > MAX_MAGNITUDE:
+        raise _calc_error("The result is larger than 1e100.")
+    return value
+
+
 def _evaluate(node: ast.AST) -> int | float:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise _calc_error(f"Only numbers are allowed, not {node.value!r}.")
-        return node.value
+        return _checked(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPS:
         left, right = _evaluate(node.left), _evaluate(node.right)
         if isinstance(node.op, ast.Pow):
@@ -72,11 +82,9 @@ def _evaluate(node: ast.AST) -> int | float:
         value = _BINARY_OPS[type(node.op)](left, right)
         if isinstance(value, complex):
             raise _calc_error("The result is a complex number; only real results are supported.")
-        if abs(value) > MAX_MAGNITUDE:
-            raise _calc_error("The result is larger than 1e100.")
-        return value
+        return _checked(value)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY_OPS:
-        return _UNARY_OPS[type(node.op)](_evaluate(node.operand))
+        return _checked(_UNARY_OPS[type(node.op)](_evaluate(node.operand)))
     if isinstance(node, ast.Name):
         if node.id in _CONSTANTS:
             return _CONSTANTS[node.id]
@@ -89,29 +97,44 @@ def _evaluate(node: ast.AST) -> int | float:
             raise _calc_error(f"Calling {what!r} is not allowed.")
         if node.keywords:
             raise _calc_error("Keyword arguments are not allowed.")
+        if len(node.args) > 100:
+            raise _calc_error(f"{node.func.id} takes at most 100 arguments here.")
         args = [_evaluate(a) for a in node.args]
+        if node.func.id == "round" and len(args) > 1:
+            if not isinstance(args[1], int) or abs(args[1]) > MAX_ROUND_DIGITS:
+                raise _calc_error(f"round's digits must be a whole number within ±{MAX_ROUND_DIGITS}.")
         try:
-            return _FUNCTIONS[node.func.id](*args)
-        except (ValueError, TypeError, OverflowError) as exc:
+            value = _FUNCTIONS[node.func.id](*args)
+        except (ValueError, TypeError, OverflowError, ZeroDivisionError) as exc:
             raise _calc_error(f"{node.func.id}: {exc}.") from exc
+        if isinstance(value, complex) or not isinstance(value, (int, float)):
+            raise _calc_error(f"{node.func.id} did not give a real number.")
+        return _checked(value)
     if isinstance(node, ast.Attribute):
         raise _calc_error("Attribute access is not allowed.")
     raise _calc_error(f"{type(node).__name__} is not allowed in an expression.")
 
 
-def calculator(expression: str) -> dict:
+def calculator(expression: str) -> dict[str, Any]:
     """Evaluate an arithmetic expression exactly and safely.
 
     Args:
         expression: Arithmetic such as "(3 + 4) * 2 ** 10 / 7" or "sqrt(2) * pi".
     """
+    if not isinstance(expression, str):
+        raise _calc_error(f"The expression must be text, not {type(expression).__name__}.")
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise _calc_error(f"The expression is longer than {MAX_EXPRESSION_CHARS} characters.")
     try:
         tree = ast.parse(expression.strip().replace("^", "**"), mode="eval")
     except SyntaxError as exc:
         raise _calc_error(f"{expression!r} is not a valid expression ({exc.msg}).") from exc
-    value = _evaluate(tree)
+    except (ValueError, RecursionError, MemoryError) as exc:  # e.g. a NUL byte, deep nesting
+        raise _calc_error(f"The expression cannot be parsed ({type(exc).__name__}).") from exc
+    try:
+        value = _evaluate(tree)
+    except RecursionError as exc:
+        raise _calc_error("The expression is nested too deeply.") from exc
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         value = int(value)
     return {"expression": expression, "result": value}

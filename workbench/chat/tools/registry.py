@@ -1,29 +1,46 @@
 """The tools one chat session offers, and running them safely.
 
 `ToolRegistry.arun` / `run` call a tool with the model's arguments in a worker
-thread under a timeout and always return a `ToolOutcome`: a tool that raises,
-hangs or gets bad arguments becomes an error result for the model, never an
-exception for the chat.
+process (workbench.chat.tools.worker) under a hard timeout and always return a
+`ToolOutcome`: a tool that raises, hangs, exits or gets bad arguments becomes an
+error result for the model, never an exception for the chat. Arguments are
+bounded in size, and what goes back to the model is always valid JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 import json
-import threading
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.chat.tools.schema import Tool, tool_from_function
-from workbench.errors import WorkbenchError
+from workbench.chat.tools.worker import WorkerOutcome, error_text, run_in_worker
 
-__all__ = ["DEFAULT_TOOL_TIMEOUT_S", "ToolOutcome", "ToolRegistry"]
+__all__ = ["DEFAULT_TOOL_TIMEOUT_S", "MAX_ARGUMENT_CHARS", "ToolOutcome", "ToolRegistry", "json_safe"]
 
 DEFAULT_TOOL_TIMEOUT_S = 10.0
+MAX_ARGUMENT_CHARS = 20_000  # the arguments' JSON text; a model that sends more is looping
+
+
+def json_safe(value: Any, _depth: int = 0) -> Any:
+    """`value` with what JSON cannot hold made into text: NaN and infinities become
+    "NaN"/"Infinity"/"-Infinity", other objects their str()."""
+    if _depth > 50:
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, _depth + 1) for v in value]
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -31,7 +48,7 @@ class ToolOutcome:
     """What a call returned: `result` (JSON-able) or `error` (a message for the model)."""
 
     name: str
-    arguments: dict
+    arguments: dict[str, Any]
     result: Any = None
     error: str | None = None
     seconds: float = 0.0
@@ -41,38 +58,22 @@ class ToolOutcome:
         return self.error is None
 
     def content_for_model(self) -> str:
-        """The `content` of the `role: tool` message sent back."""
+        """The `content` of the `role: tool` message sent back: always valid JSON
+        (or the tool's own string)."""
         if self.error is not None:
             return json.dumps({"error": self.error})
         if isinstance(self.result, str):
             return self.result
-        return json.dumps(self.result, default=str)
+        return json.dumps(json_safe(self.result), allow_nan=False)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "arguments": self.arguments,
-            "result": self.result,
+            "result": json_safe(self.result),
             "error": self.error,
             "seconds": self.seconds,
         }
-
-
-def _run_in_daemon_thread(function: Callable[[], Any]) -> concurrent.futures.Future:
-    # A daemon thread, not an executor: a tool that never returns must not block
-    # interpreter or event-loop shutdown.
-    future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def target() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(function())
-        except BaseException as exc:  # handed to the caller, who reports it
-            future.set_exception(exc)
-
-    threading.Thread(target=target, name="workbench-tool", daemon=True).start()
-    return future
 
 
 class ToolRegistry:
@@ -108,18 +109,24 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def schemas(self) -> list[dict]:
+    def schemas(self) -> list[dict[str, Any]]:
         """The request's `tools` list."""
         return [tool.to_openai() for tool in self._tools.values()]
 
-    def _prepare(self, name: str, arguments: Any) -> tuple[Tool | None, dict, str | None]:
+    def _prepare(self, name: str, arguments: Any) -> tuple[Tool | None, dict[str, Any], str | None]:
         args = arguments if isinstance(arguments, dict) else {}
-        tool = self._tools.get(name)
+        tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
             known = ", ".join(self._tools) or "none"
-            return None, args, f"Unknown tool {name!r}. Available tools: {known}."
+            return None, {}, f"Unknown tool {str(name)[:100]!r}. Available tools: {known}."
         if not isinstance(arguments, dict):
             return tool, args, f"Arguments must be a JSON object, got {type(arguments).__name__}."
+        try:
+            size = len(json.dumps(arguments, default=str))
+        except (TypeError, ValueError, RecursionError):
+            return tool, {}, "The arguments cannot be read as JSON."
+        if size > MAX_ARGUMENT_CHARS:
+            return tool, {}, f"The arguments are {size} characters of JSON; the limit is {MAX_ARGUMENT_CHARS}."
         try:
             inspect.signature(tool.function).bind(**arguments)
         except TypeError as exc:
@@ -129,43 +136,31 @@ class ToolRegistry:
 
     @staticmethod
     def _error_text(exc: BaseException) -> str:
-        if isinstance(exc, WorkbenchError):
-            return exc.message + (f" {exc.hint}" if exc.hint else "")
-        return f"{type(exc).__name__}: {exc}"
+        return error_text(exc)
+
+    def _call(self, tool: Tool, name: str, args: dict[str, Any], started: float) -> ToolOutcome:
+        timeout = tool.timeout_s or self.timeout_s
+        outcome: WorkerOutcome = run_in_worker(lambda: tool.function(**args), timeout)
+        seconds = time.monotonic() - started
+        if outcome.timed_out:
+            return ToolOutcome(name, args, error=f"{name} did not finish within {timeout:g} s.", seconds=seconds)
+        if outcome.error is not None:
+            return ToolOutcome(name, args, error=outcome.error, seconds=seconds)
+        return ToolOutcome(name, args, result=outcome.result, seconds=seconds)
 
     async def arun(self, name: str, arguments: Any) -> ToolOutcome:
         """Call a tool without blocking the event loop; never raises for tool failures."""
         started = time.monotonic()
         tool, args, problem = self._prepare(name, arguments)
-        if problem:
+        if problem or tool is None:
             return ToolOutcome(name, args, error=problem, seconds=time.monotonic() - started)
-        timeout = tool.timeout_s or self.timeout_s
-        future = _run_in_daemon_thread(lambda: tool.function(**args))
-        try:
-            result = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except (TimeoutError, asyncio.TimeoutError):
-            return ToolOutcome(name, args, error=f"{name} did not finish within {timeout:g} s.",
-                               seconds=time.monotonic() - started)
-        except Exception as exc:
-            return ToolOutcome(name, args, error=self._error_text(exc),
-                               seconds=time.monotonic() - started)
-        return ToolOutcome(name, args, result=result, seconds=time.monotonic() - started)
+        # The waiting thread only sits in select(); the worker is killed at the deadline.
+        return await asyncio.to_thread(self._call, tool, name, args, started)
 
     def run(self, name: str, arguments: Any) -> ToolOutcome:
         """Blocking form of `arun`, for scripts and notebooks."""
         started = time.monotonic()
         tool, args, problem = self._prepare(name, arguments)
-        if problem:
+        if problem or tool is None:
             return ToolOutcome(name, args, error=problem, seconds=time.monotonic() - started)
-        timeout = tool.timeout_s or self.timeout_s
-        future = _run_in_daemon_thread(lambda: tool.function(**args))
-        try:
-            result = future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            return ToolOutcome(name, args, error=f"{name} did not finish within {timeout:g} s.",
-                               seconds=time.monotonic() - started)
-        except Exception as exc:
-            return ToolOutcome(name, args, error=self._error_text(exc),
-                               seconds=time.monotonic() - started)
-        return ToolOutcome(name, args, result=result, seconds=time.monotonic() - started)
-
+        return self._call(tool, name, args, started)
