@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from workbench.server import free_port
-from workbench.cli.notebooks import jupyter_lab_argv, notebooks_dir
+from workbench.cli.notebooks import jupyter_lab_argv, jupyter_lab_env, notebooks_dir
 
 pytestmark = pytest.mark.browser
 
@@ -41,12 +41,10 @@ def jupyter_lab(tmp_path_factory):
                JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"), JUPYTER_DATA_DIR=str(root / "data"),
                JUPYTER_PATH="", WORKBENCH_STATE_DIR=str(root / "state"))
     # JUPYTER_DATA_DIR moves the user's data dir only; the venv's kernels and lab extensions stay found.
-    # No "get Jupyter news?" pop-up over the page (and no request for the news feed).
-    settings = root / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    # The token and the lab defaults (no "get Jupyter news?" pop-up) as `notebooks` passes them.
+    env = jupyter_lab_env(token, root / "workbench-jupyter-config", env)
     log = (root / "lab.log").open("wb")
-    process = subprocess.Popen(jupyter_lab_argv(work, port, token), cwd=work, env=env,
+    process = subprocess.Popen(jupyter_lab_argv(work, port), cwd=work, env=env,
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
@@ -84,6 +82,8 @@ def test_quickstart_picker_updates_the_command(jupyter_lab, artifacts_dir):
             expect(page.locator(".jp-Notebook .jp-Cell").first).to_be_visible(timeout=60_000)
             # The status bar names the kernel once it is connected; keys pressed before then are lost.
             expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=120_000)
+            # Offline and in front of a room: JupyterLab asks nothing about its news feed.
+            expect(page.get_by_text("Would you like to get notified about official Jupyter news?")).to_have_count(0)
             # Run the first two code cells as a user would: click into each, Shift+Enter, wait for it.
             for n in (1, 2):
                 cell = page.locator(".jp-Notebook .jp-CodeCell").nth(n - 1)

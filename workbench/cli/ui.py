@@ -32,5 +32,8 @@ def ui_command(args: argparse.Namespace) -> int:
         )
     print(f"Nemotron vLLM Workbench: http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}",
           flush=True)
+    from workbench.server.signals import exit_on_signals
+
+    exit_on_signals()  # SIGTERM/SIGHUP end as Ctrl-C does: the servers this UI launched are stopped
     serve_app(args.host, args.port, auth, args.share, args.state_dir, args.open)
     return 0

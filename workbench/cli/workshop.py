@@ -82,8 +82,11 @@ def workshop_command(args: argparse.Namespace) -> int:
         return _print_checks(checks)
 
     from workbench import server
+    from workbench.server.signals import exit_on_signals
     from workbench.ui.workshop_server import build_workshop, serve_workshop
     from workbench.workshop import RoomLimits
+
+    exit_on_signals()  # SIGTERM/SIGHUP end as Ctrl-C does: the server launched below is stopped
 
     hardware = args.hardware or (None if args.recipe or args.preset else None)
     workshop = build_workshop(settings, state_dir=args.state_dir, limits=RoomLimits(True, args.max_tokens),
