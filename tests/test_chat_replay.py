@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from tests.conftest import RECORDED
@@ -13,6 +14,7 @@ from workbench.chat import (
     ChatSession,
     ContentDelta,
     Conversation,
+    Message,
     ErrorEvent,
     Notice,
     ReasoningDelta,
@@ -308,3 +310,78 @@ def test_stream_and_send_work_where_a_loop_already_runs():
     events, result = asyncio.run(inside_a_running_loop())
     assert "".join(e.text for e in of(events, ContentDelta)) == "\n\nHello! How can I help?"
     assert result.content == "\n\nHello! How can I help?" and result.error is None
+
+
+class _CutTransport(httpx.AsyncBaseTransport):
+    """Serves the first `keep` bytes of a recorded stream, then drops the connection, as a
+    server that dies mid-answer does; then whatever `after` serves."""
+
+    def __init__(self, recording: Path, keep: int, after: httpx.AsyncBaseTransport) -> None:
+        self.data, self.keep, self.after, self.used = recording.read_bytes(), keep, after, False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.used or not request.url.path.endswith("/chat/completions"):
+            return await self.after.handle_async_request(request)
+        self.used = True
+        await request.aread()
+        head = self.data[:self.keep]
+
+        class Cut(httpx.AsyncByteStream):
+            async def __aiter__(self):
+                yield head
+                raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Cut())
+
+
+def test_a_turn_cut_mid_answer_keeps_its_partial_answer_and_a_valid_history():
+    from tests.helpers.replay import ReplayTransport
+
+    after = ReplayTransport.from_files([CONTENT])
+    data = CONTENT.read_bytes()
+    # Cut after the second event that carries answer text: whole events, the answer begun.
+    starts = [i for i in range(len(data)) if data.startswith(b'"delta":{"content":"', i)
+              and not data.startswith(b'"delta":{"content":""', i)]
+    keep = data.index(b"\n\n", starts[1]) + 2
+    session = ChatSession("http://replay.invalid", options=ChatOptions(model=after.model),
+                          http_client=httpx.AsyncClient(transport=_CutTransport(CONTENT, keep, after)))
+    events = list(session.stream("Hi"))
+    [error] = of(events, ErrorEvent)
+    partial = "".join(e.text for e in of(events, ContentDelta))
+    assert partial  # the model had started answering
+    user, answer = session.conversation.messages
+    assert (user.role, answer.role, answer.content) == ("user", "assistant", partial)
+    assert answer.reasoning == "The user greets me."  # the reasoning before it is kept too
+    assert answer.failed == error.message and user.failed is None
+    # The next turn sends user, assistant (the partial answer), user: a valid history.
+    list(session.stream("Go on"))
+    assert [m["role"] for m in after.requests[-1].body["messages"]] == ["user", "assistant", "user"]
+
+
+def test_a_turn_that_got_no_answer_is_marked_and_left_off_the_wire_once_superseded():
+    session, transport = replay_session(CONTENT, model="tiny")
+    list(session.stream("Hi"))
+    list(session.stream("Hi again"))  # no recording left: 500, nothing answered
+    question = session.conversation.messages[-1]
+    assert question.role == "user" and question.failed and "500" in question.failed
+    wire = [m["role"] for m in session.conversation.to_wire()]
+    assert wire == ["user", "assistant", "user"]  # still last: a retry sends it
+    session.conversation.messages.append(Message("user", "third"))
+    assert [m["content"] for m in session.conversation.to_wire() if m["role"] == "user"] == ["Hi", "third"]
+    saved = Conversation.from_dict(session.conversation.to_dict())
+    assert saved.messages[2].failed == question.failed  # export and import keep the mark
+
+
+def test_a_reply_that_is_not_an_event_stream_is_an_error_with_the_servers_text():
+    class LoginPage(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/models"):
+                return httpx.Response(200, json={"object": "list", "data": [{"id": "m"}]})
+            return httpx.Response(200, headers={"content-type": "text/html"},
+                                  content=b"<html><body>Please sign in to the proxy</body></html>")
+
+    session = ChatSession("http://proxy.invalid", options=ChatOptions(model="m"),
+                          http_client=httpx.AsyncClient(transport=LoginPage()))
+    [error] = of(list(session.stream("Hi")), ErrorEvent)
+    assert "answered with text/html, not an event stream" in error.message
+    assert "Please sign in to the proxy" in error.message

@@ -46,6 +46,9 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None  # the tool's name on role "tool"
     stats: TurnStats | None = None  # on the last assistant message of a turn
+    # Why the turn that wrote this failed: on a partial answer (kept, and sent back as it
+    # is), or on a user message that got no answer at all.
+    failed: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The message as sent to the server (reasoning dropped, as the model card asks)."""
@@ -67,6 +70,7 @@ class Message:
             "tool_call_id": self.tool_call_id,
             "name": self.name,
             "stats": self.stats.to_dict() if self.stats else None,
+            "failed": self.failed,
         }
 
     @classmethod
@@ -85,6 +89,7 @@ class Message:
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
             stats=TurnStats.from_dict(data["stats"]) if data.get("stats") else None,
+            failed=data.get("failed") if isinstance(data.get("failed"), str) else None,
         )
 
 
@@ -96,7 +101,16 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
 
     def to_wire(self) -> list[dict[str, Any]]:
-        return [m.to_wire() for m in self.messages]
+        """What the server is sent: a user message whose turn failed with no answer at all
+        is left out once another user message follows it (no user, user on the wire);
+        while it is the last one it is sent, so the turn can be retried."""
+        wire = []
+        for i, m in enumerate(self.messages):
+            following = self.messages[i + 1] if i + 1 < len(self.messages) else None
+            if m.role == "user" and m.failed and following is not None and following.role == "user":
+                continue
+            wire.append(m.to_wire())
+        return wire
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": CONVERSATION_FORMAT, "messages": [m.to_dict() for m in self.messages]}

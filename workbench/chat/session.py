@@ -310,6 +310,8 @@ class ChatSession:
         finish_reason: str | None = None
         last_step = Step()
         last_max_tokens = opts.max_tokens
+        step: Step | None = None  # the step being streamed, until it is recorded
+        recorded = 0  # messages in the conversation when the current step began
         try:
             model = await self._resolve_model(client)
             tools = self._offered_tools()
@@ -321,6 +323,7 @@ class ChatSession:
                     min(budget, opts.max_tokens) if opts.max_tokens else budget)
                 last_max_tokens = max_tokens
                 step = Step()
+                recorded = len(self.conversation.messages)
                 body = self._request_body(model, messages, tools, step_number, max_tokens)
                 async for event in self._stream_chat(client, body, step, step_number):
                     yield event
@@ -377,7 +380,18 @@ class ChatSession:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # translated once, here; the conversation is kept
-            yield error_event(exc, self.base_url)
+            event = error_event(exc, self.base_url)
+            self._keep_failed_turn(step, recorded, event.message)
+            yield event
+
+    def _keep_failed_turn(self, step: Step | None, recorded: int, why: str) -> None:
+        """The partial answer of a failed turn stays, marked; a turn with none marks its question."""
+        messages = self.conversation.messages
+        if step is not None and len(messages) == recorded and ("".join(step.content) or "".join(step.reasoning)):
+            self._record_assistant(step, keep_calls=False)
+            messages[-1].failed = why
+        elif messages and messages[-1].role == "user":
+            messages[-1].failed = why
 
     async def _run_tools(self, calls: list[PendingCall], step_number: int, tally: _Tally) -> AsyncIterator[ChatEvent]:
         for call in calls:
@@ -483,6 +497,7 @@ class ChatSession:
             **{k: v for k, v in body.items() if k in _CHAT_FIELDS},
             extra_body={k: v for k, v in body.items() if k not in _CHAT_FIELDS},
         )
+        await _require_event_stream(stream, self.base_url)
         async for event in self._read_stream(stream, step, step_number, chat_chunk_events):
             yield event
         for index in sorted(step.calls):
@@ -530,6 +545,21 @@ class ChatSession:
         cont = step.continuation = Step()
         async for event in self._read_stream(stream, cont, step_number, completion_chunk_events):
             yield event
+
+
+async def _require_event_stream(stream: Any, base_url: str) -> None:
+    """A 200 that is not an event stream (a proxy's login page, a wrong URL) is an error
+    carrying what the server said, not an empty answer."""
+    response = getattr(stream, "response", None)
+    content_type = response.headers.get("content-type", "") if response is not None else "text/event-stream"
+    if content_type.startswith("text/event-stream"):
+        return
+    text = (await response.aread()).decode("utf-8", "replace")
+    await response.aclose()
+    raise WorkbenchError(
+        f"The server at {base_url} answered with {content_type or 'no content type'}, not an event stream: "
+        f"{' '.join(text.split())[:300]!r}",
+        hint="Is the URL the vLLM server's (not a proxy or another app)? Its /v1/models should list the model.")
 
 
 async def _cancel_quietly(task: asyncio.Future[Any]) -> None:

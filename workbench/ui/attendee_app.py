@@ -47,6 +47,9 @@ def conversation_messages(conversation: Conversation) -> list[dict[str, Any]]:
                             "metadata": {"title": f"Tool call · {call.name}", "status": "done"}})
             if message.content:
                 out.append({"role": "assistant", "content": message.content})
+        if message.failed:
+            out.append({"role": "assistant", "content": f"⚠ This turn failed: {message.failed}",
+                        "metadata": {"title": "Incomplete", "status": "done"}})
     return out
 
 
