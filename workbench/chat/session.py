@@ -551,7 +551,9 @@ async def _require_event_stream(stream: Any, base_url: str) -> None:
     """A 200 that is not an event stream (a proxy's login page, a wrong URL) is an error
     carrying what the server said, not an empty answer."""
     response = getattr(stream, "response", None)
-    content_type = response.headers.get("content-type", "") if response is not None else "text/event-stream"
+    if response is None:
+        return
+    content_type = str(response.headers.get("content-type", ""))
     if content_type.startswith("text/event-stream"):
         return
     text = (await response.aread()).decode("utf-8", "replace")
