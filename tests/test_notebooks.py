@@ -139,6 +139,12 @@ def test_01_quickstart(notebook_state_dir, artifacts_dir, monkeypatch):
     assert "Reasoning: (none: this server has no reasoning parser)" in text
     assert "Left running for the next notebook" in texts[-1]
     assert "vllm serve" in _widget_values(nb)  # the picker's command widget
+    # The memory planner, and its prediction next to what the launched vLLM logged: the same line.
+    assert "vLLM should log: CPU KV cache size: 46,592 tokens" in text
+    said = re.search(r"^vLLM said:\s+(.+)$", text, re.MULTILINE)
+    predicted = re.search(r"^planner said:\s+(.+)$", text, re.MULTILINE)
+    assert said and predicted and said.group(1) == predicted.group(1), text
+    assert "Memory planner" in _widget_values(nb)  # the picker's planner widget
     assert len(_demo_servers(notebook_state_dir)) == 1
 
 
@@ -198,6 +204,12 @@ def test_05_dgx_spark_workshop(notebook_state_dir, artifacts_dir, monkeypatch):
     assert "memory (unified, /proc/meminfo):" in text and "GB MemTotal" in text
     assert "--load-format fastsafetensors" in text and "docker run" in text
     assert "we launch the CPU engine instead" in text
+    assert "known issue: --kv-cache-dtype fp8 makes engine initialisation fail on DGX Spark" in text
+    assert "source: https://github.com/vllm-project/recipes/issues/836" in text
+    assert "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4's config.json" in text  # offline: what it needs
+    said = re.search(r"^vLLM said:\s+(.+)$", text, re.MULTILINE)
+    predicted = re.search(r"^planner said:\s+(.+)$", text, re.MULTILINE)
+    assert said and predicted and said.group(1) == predicted.group(1), text
     answer = re.search(r"^answer: (.+)$", text, re.MULTILINE)
     assert answer and len(answer.group(1).strip()) > 3
     assert re.search(r"8 requests, [\d.]+ output tok/s", text)

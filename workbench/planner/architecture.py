@@ -213,5 +213,6 @@ def architecture_from_config(config: Mapping[str, Any]) -> Architecture:
         if found:
             raise PlannerError(f"This {model_type or 'model'} uses {what}, which the memory planner does not model.",
                                hint="The planner models Nemotron-H hybrids and dense full-attention decoders.")
-    layers = ("attention",) * _int(config, "num_hidden_layers")
-    return Architecture(**_common(config, layers), mlp_intermediate_size=config.get("intermediate_size"))
+    attention: LayerKind = "attention"
+    dense = (attention,) * _int(config, "num_hidden_layers")
+    return Architecture(**_common(config, dense), mlp_intermediate_size=config.get("intermediate_size"))

@@ -104,7 +104,10 @@ class MemoryPlan:
     def describe(self) -> str:
         """The plan as text, for a terminal or a notebook."""
         s, lay, b = self.settings, self.layout, self.budget
-        gib = lambda n: f"{n / GIB:.2f} GiB"  # noqa: E731
+
+        def gib(n: int) -> str:
+            return f"{n / GIB:.2f} GiB"
+
         out = [f"{self.model_id} on {self.hardware}  (config.json from {self.config_source})",
                f"model: {self.architecture.describe()}"]
         if self.weights:

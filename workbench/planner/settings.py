@@ -118,10 +118,11 @@ def _speculation(flags: Mapping[str, str | None]) -> tuple[int, str | None]:
 
 def _checkpoint_kv_dtype(arch: Architecture) -> str | None:
     """vLLM's resolve_kv_cache_dtype_string: a ModelOpt checkpoint's kv_cache_quant_algo."""
-    q = arch.quantization or {}
+    q: Mapping[str, Any] = arch.quantization or {}
     if not str(q.get("quant_method", "")).startswith("modelopt"):
         return None
-    inner = q.get("quantization") if isinstance(q.get("quantization"), Mapping) else q
+    nested = q.get("quantization")
+    inner: Mapping[str, Any] = nested if isinstance(nested, Mapping) else q
     algo = inner.get("kv_cache_scheme") or q.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo") \
         or q.get("kv_cache_quant_algo")
     if isinstance(algo, Mapping):

@@ -25,7 +25,8 @@ class StartupCapacity:
     kv_cache_tokens: int
     max_model_len: int
     max_concurrency: float  # as logged: two decimals
-    line: str
+    line: str  # the whole log line (with vLLM's prefix, maybe colour codes)
+    message: str  # just "CPU KV cache size: ... x", in vLLM's words
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,4 +49,5 @@ def startup_capacity(log_text: str) -> StartupCapacity | None:
         max_model_len=int(conc.group("len").replace(",", "")),
         max_concurrency=float(conc.group("x")),
         line=log_text[start: end if end != -1 else None].strip(),
+        message=f"{size.group(0)}, {conc.group(0)}",
     )

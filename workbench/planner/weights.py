@@ -150,7 +150,8 @@ class Quantization:
 def quantization_of(arch: Architecture, precision: str | None) -> Quantization | None:
     """The checkpoint's weight quantization: its quantization_config, else the recipe's precision."""
     q: Mapping[str, Any] = arch.quantization or {}
-    inner = q.get("quantization") if isinstance(q.get("quantization"), Mapping) else q
+    nested = q.get("quantization")
+    inner: Mapping[str, Any] = nested if isinstance(nested, Mapping) else q
     algo = str(inner.get("quant_algo") or q.get("quant_method") or "").lower()
     excluded: Sequence[str] = (inner.get("exclude_modules") or inner.get("ignore")
                                or q.get("modules_to_not_convert") or ["lm_head"])
