@@ -326,3 +326,19 @@ def test_cli_offline_error_exits_2_with_the_hint(capsys, monkeypatch, tmp_path):
 def test_cli_refuses_another_engine(capsys):
     code = cli.main(["plan", "--preset", "trtllm_mtp", "--config", str(NANO_CONFIG)])
     assert code == 2 and "planner models vLLM" in capsys.readouterr().err
+
+
+def test_recipe_tab_planner_gives_the_table_and_asks_for_config_json(catalog, monkeypatch, tmp_path):
+    from workbench.ui.recipe_tab import planner_outputs
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    demo = render(Selection(hardware="cpu"), catalog).to_dict()
+    text, rows = planner_outputs(catalog, demo, None, "")
+    assert "vLLM should log: CPU KV cache size: 46,592 tokens" in text
+    assert rows[0] == ["4,096", "11.38", "46,592"]
+    spark = render(Selection(hardware="dgx_spark_gb10"), catalog).to_dict()
+    text, rows = planner_outputs(catalog, spark, None, "")
+    assert rows == [] and "config.json" in text and "hf download" in text  # the message and its hint
+    text, rows = planner_outputs(catalog, spark, 121.69, f"  {NANO_CONFIG}  ")
+    assert "121.69 GiB x 0.7" in text and rows[-1][0] == "262,144"

@@ -31,6 +31,7 @@ CPU = CATALOG.hardware["cpu"]
 def assert_planner_matches_log(memory: MemoryPlan, log_text: str) -> None:
     logged = startup_capacity(log_text)
     assert logged is not None, "vLLM logged no KV cache size"
+    print(f"\n  vLLM:    {logged.message}\n  planner: {memory.startup_line()}")  # the figures, with -s
     assert logged.device == "CPU"
     assert (logged.kv_cache_tokens, logged.max_model_len) == (memory.kv_cache_tokens, memory.settings.max_model_len)
     assert f"{memory.max_concurrency:.2f}" == f"{logged.max_concurrency:.2f}"

@@ -58,7 +58,7 @@ def test_known_issue_and_planner_next_to_the_command(browser, recipe_app, artifa
               in planner.inner_text(), 30, "the planner asking for config.json")
     page.screenshot(path=str(artifacts_dir / "ui-recipe-known-issue.png"), full_page=True)
 
-    page.get_by_text("Planner inputs").click()
+    page.get_by_role("button", name="Planner inputs").click()
     box = page.locator("#recipe-planner-config textarea, #recipe-planner-config input").first
     box.fill(str(NANO_CONFIG))
     box.press("Enter")

@@ -120,7 +120,8 @@ def _from_hub(model_id: str) -> ModelConfigFile:
 
 def _get_it_hint(model_id: str) -> str:
     return (f"Download it where there is network (`hf download {model_id} config.json`) and pass its path "
-            "with --config, or copy the Hugging Face cache here.")
+            "(`plan --config PATH`, `plan_memory(..., config_path=PATH)`, or the Recipe tab's Planner inputs), "
+            "or copy the Hugging Face cache here.")
 
 
 def read_model_config(model_id: str, *, config_path: str | Path | None = None,

@@ -4,6 +4,7 @@ the known issues the command meets, and the memory planner (concurrency against 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
@@ -86,7 +87,8 @@ def planner_markdown(memory: MemoryPlan) -> str:
     return "\n".join(lines)
 
 
-def planner_outputs(catalog: Catalog, plan: dict | None, memory_gib, config_path):
+def planner_outputs(catalog: Catalog, plan: dict[str, Any] | None, memory_gib: float | None,
+                    config_path: str | None) -> tuple[str, list[list[str]]]:
     """The planner for the rendered plan: its summary and the concurrency-against-context table."""
     if not plan:
         return "", []
