@@ -134,7 +134,10 @@ def test_stop_from_another_process_stops_the_remote_session(cluster: Cluster, fa
 
 
 def test_unreachable_host_is_diagnosed_and_the_head_stopped(state_dir: Path) -> None:
-    c = launch_cluster(plan(), ["nosuchhost.invalid"], ssh=shutil.which("ssh") or "ssh",
+    # The system's own ssh: the module's recording one is still first on PATH here.
+    real_ssh = shutil.which("ssh", path=os.defpath)
+    assert real_ssh, "this test needs the OpenSSH client (apt install openssh-client)"
+    c = launch_cluster(plan(), ["nosuchhost.invalid"], ssh=real_ssh,
                        head_address="127.0.0.1", state_dir=state_dir / "unreachable", progress=QUIET,
                        stop_at_exit=False)
     with pytest.raises(LaunchError, match=r"Node 1 \(nosuchhost.invalid\) cannot be reached over ssh") as err:

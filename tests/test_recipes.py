@@ -234,12 +234,18 @@ def test_typos_raise_selection_error_listing_valid_values(catalog):
         render(Selection(recipe="no-such-recipe-xyz"), catalog)
 
 
-def test_unknown_but_valid_choices_fall_back_and_are_recorded(catalog):
-    plan = nemo(catalog, hardware="mi300x", variant="fp8")
-    assert plan.hardware == "h200" and plan.variant == "default"
-    assert [(f.choice, f.asked, f.used) for f in plan.fallbacks] == [
-        ("hardware", "mi300x", "h200"), ("variant", "fp8", "default")]
-    assert plan.argv == SEED_ARGV  # nothing else changed
+def test_unknown_names_are_refused_with_the_valid_ones(catalog):
+    # A name nobody knows is a mistake to fix, not a choice to fall back from (issue 14):
+    # rendering H200's plan for "mi300x" looked like an answer.
+    with pytest.raises(SelectionError) as err:
+        nemo(catalog, hardware="mi300x")
+    assert err.value.message == "unknown hardware 'mi300x'; did you mean 'b300'?"
+    assert err.value.hint.startswith("valid hardware values: h100, h200, b200")
+    with pytest.raises(SelectionError, match="unknown variant 'fp8'"):
+        nemo(catalog, variant="fp8")
+    for kind in ("strategy", "spec", "preset"):
+        with pytest.raises(SelectionError, match=f"unknown {kind} 'nosuch'"):
+            nemo(catalog, **{kind: "nosuch"})
 
 
 def test_incompatible_choices_fall_back_never_crash(catalog):

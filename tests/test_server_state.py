@@ -250,3 +250,12 @@ def test_an_orphaned_group_is_cleaned_when_its_leader_dies(tmp_path):
         time.sleep(0.1)
     assert not _alive(grandchild)
     assert handle.status is Status.FAILED and handle.diagnosis.cause == "killed"
+
+
+@pytest.mark.parametrize("value", [":", "admin:", ":secret", " :secret"])
+def test_an_auth_with_an_empty_half_is_refused(value, capsys):
+    from workbench.cli import main
+
+    assert main(["ui", "--auth", value]) == 2
+    err = capsys.readouterr().err
+    assert "--auth needs both a user name and a password" in err and "Traceback" not in err

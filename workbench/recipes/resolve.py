@@ -94,18 +94,17 @@ class Resolver:
 
     def choose(self, kind: str, asked: str, valid: Sequence[str], vocabulary: Sequence[str],
                default: Any, why: str | None = None) -> Any:
-        """`asked` if valid; a typo raises SelectionError; else fall back to default."""
+        """`asked` if valid; a name nobody knows raises SelectionError (with the valid
+        values and a did-you-mean); a known one that does not fit falls back to default."""
         if asked in valid:
             return asked
         if asked not in vocabulary:
-            close = difflib.get_close_matches(asked, list(vocabulary), n=3, cutoff=0.7)
-            if close or not _ID_RE.match(asked):
-                guess = f"; did you mean {close[0]!r}?" if close else ""
-                raise SelectionError(
-                    f"unknown {kind} {asked!r}{guess}",
-                    hint=f"valid {kind} values: {', '.join(valid) or '(none)'}",
-                )
-            why = why or f"{asked!r} is not a known {kind}"
+            close = difflib.get_close_matches(asked, list(vocabulary), n=3, cutoff=0.6)
+            guess = f"; did you mean {close[0]!r}?" if close else ""
+            raise SelectionError(
+                f"unknown {kind} {asked!r}{guess}",
+                hint=f"valid {kind} values: {', '.join(valid) or '(none)'}",
+            )
         self.fallbacks.append(Fallback(kind, asked, default, why or f"{asked!r} is not available here"))
         return default
 

@@ -166,4 +166,7 @@ def auth_from(value: str | None) -> tuple[str, str] | None:
     if ":" not in value:
         raise WorkbenchError("--auth must look like user:password.", hint="For example --auth admin:s3cret")
     user, password = value.split(":", 1)
+    if not user.strip() or not password:
+        raise WorkbenchError("--auth needs both a user name and a password (user:password); one is empty.",
+                             hint="For example --auth admin:s3cret")
     return user, password
