@@ -19,6 +19,7 @@ from typing import Any
 
 from workbench.demo.models import FORCING_MODEL_NAME
 from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, render
+from workbench.recipes.multinode import node_parallel_args
 
 # Characters with a meaning in the regex dialects vLLM's structured-output
 # backends accept; everything else stands for itself.
@@ -75,13 +76,19 @@ FORCING_SERVER_FLAGS = (
 )
 
 
-def forcing_plan(catalog: Catalog | None = None, *, port: int | None = None) -> LaunchPlan:
+def forcing_plan(catalog: Catalog | None = None, *, port: int | None = None, nodes: int = 1) -> LaunchPlan:
     """The CPU demo recipe's plan, serving the tiny forcing model with Nemotron's parsers.
 
     The forcing model (workbench.demo.models.build_forcing_model) has random weights:
     every word it says is forced by the request. It exists so the reasoning and
     tool-call parsers can be shown on a CPU; it is not a recipe of its own.
+
+    With `nodes` > 1 it is a `multi_node_tp` plan (tensor parallel across the nodes,
+    one CPU "GPU" each): its 2 attention heads split over 2 ranks, where SmolLM2's 9
+    cannot, which is why the demo recipe itself offers only multi_node_tp_dp.
     """
+    if nodes > 1:
+        return _multi_node_tp(forcing_plan(catalog, port=port), catalog or load_catalog(), nodes)
     catalog = catalog or load_catalog()
     selection = Selection(hardware="cpu", served_model_name=FORCING_MODEL_NAME, extra=[shlex.join(FORCING_SERVER_FLAGS)])
     if port:
@@ -92,3 +99,18 @@ def forcing_plan(catalog: Catalog | None = None, *, port: int | None = None) -> 
         plan, argv=argv, model_id=FORCING_MODEL_NAME, local_build=FORCING_MODEL_NAME,
         notes=[*plan.notes, "The model is the tiny random-weight forcing model, built locally: "
                "its text is forced by each request, and vLLM's real parsers split it."])
+
+
+def _multi_node_tp(plan: LaunchPlan, catalog: Catalog, nodes: int) -> LaunchPlan:
+    strategy = catalog.strategies["multi_node_tp"]
+    rest = list(plan.argv[3:])
+    if "--tensor-parallel-size" in rest:  # the single-node TP 1 gives way to the strategy's
+        i = rest.index("--tensor-parallel-size")
+        del rest[i:i + 2]
+    argvs = [[*plan.argv[:3], *rest, *node_parallel_args(strategy, 1, nodes, rank)] for rank in range(nodes)]
+    # The docker form is the single-node one's head; the workers' are not rendered (CPU rehearsal).
+    head_docker = plan.docker_argv[:plan.docker_argv.index(plan.docker_image) + 1] + argvs[0][2:]
+    return dataclasses.replace(
+        plan, argv=argvs[0], worker_argvs=argvs[1:], strategy="multi_node_tp", nodes=nodes, tensor_parallel_size=nodes,
+        deploy_type="multi_node", docker_argv=head_docker, worker_docker_argvs=[],
+        notes=[*plan.notes, f"Tensor parallel {nodes} across {nodes} nodes (multi_node_tp)."])
