@@ -370,6 +370,12 @@ def test_a_turn_that_got_no_answer_is_marked_and_left_off_the_wire_once_supersed
     assert [m["content"] for m in session.conversation.to_wire() if m["role"] == "user"] == ["Hi", "third"]
     saved = Conversation.from_dict(session.conversation.to_dict())
     assert saved.messages[2].failed == question.failed  # export and import keep the mark
+    session.conversation.messages.pop()
+    retry, _ = replay_session(CONTENT, model="tiny")
+    retry.conversation = session.conversation
+    list(retry.stream(None))  # the retry answers the question: the mark goes
+    assert [m.role for m in retry.conversation.messages][-2:] == ["user", "assistant"]
+    assert retry.conversation.messages[-2].failed is None
 
 
 def test_a_reply_that_is_not_an_event_stream_is_an_error_with_the_servers_text():

@@ -306,6 +306,8 @@ class ChatSession:
         opts = self.options
         if user_text is not None:
             self.conversation.messages.append(Message("user", user_text))
+        elif self.conversation.messages and self.conversation.messages[-1].role == "user":
+            self.conversation.messages[-1].failed = None  # retried: this turn answers it (or marks it again)
         tally = _Tally()
         finish_reason: str | None = None
         last_step = Step()
