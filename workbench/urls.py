@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
+
 from workbench.errors import InputError
 
 __all__ = ["metrics_url", "normalize_base_url"]
@@ -40,7 +42,12 @@ def normalize_base_url(url: str) -> str:
     path = parts.path.rstrip("/")
     for suffix in ("/metrics", "/v1"):
         path = path.removesuffix(suffix)
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    root = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    try:
+        httpx.URL(root)  # what every client here sends with: control characters, bad IDNA names
+    except httpx.InvalidURL as exc:
+        raise InputError(f"{url!r} is not a valid server URL ({exc}).", hint=_EXAMPLE) from exc
+    return root
 
 
 def _check_host(url: str, host: str) -> None:

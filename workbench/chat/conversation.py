@@ -8,6 +8,7 @@ tool results go back as `role: tool` with `tool_call_id`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -75,6 +76,10 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """A saved message, checked field by field: a file or a browser's storage may hold anything."""
+        if not isinstance(data, Mapping):
+            raise WorkbenchError(f"A saved message is a {type(data).__name__}, not an object.",
+                                 hint=_SAVED_HINT)
         role = data.get("role")
         if role not in ("system", "user", "assistant", "tool"):
             raise WorkbenchError(
@@ -83,14 +88,54 @@ class Message:
             )
         return cls(
             role=role,
-            content=data.get("content") or "",
-            reasoning=data.get("reasoning"),
-            tool_calls=[ToolCall(**c) for c in data.get("tool_calls") or []],
-            tool_call_id=data.get("tool_call_id"),
-            name=data.get("name"),
-            stats=TurnStats.from_dict(data["stats"]) if data.get("stats") else None,
+            content=_text(data, "content") or "",
+            reasoning=_text(data, "reasoning"),
+            tool_calls=[_tool_call(c) for c in _items(data, "tool_calls")],
+            tool_call_id=_text(data, "tool_call_id"),
+            name=_text(data, "name"),
+            stats=_stats(data.get("stats")),
             failed=data.get("failed") if isinstance(data.get("failed"), str) else None,
         )
+
+
+_SAVED_HINT = "Load a file exported by the workbench, or clear the chat and start again."
+
+
+def _text(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise WorkbenchError(f"A saved message's {key} is a {type(value).__name__}, not text.", hint=_SAVED_HINT)
+    return value
+
+
+def _items(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise WorkbenchError(f"A saved message's {key} is a {type(value).__name__}, not a list.", hint=_SAVED_HINT)
+    return value
+
+
+def _tool_call(data: object) -> ToolCall:
+    if not (isinstance(data, Mapping) and all(isinstance(data.get(k), str) for k in ("id", "name", "arguments"))):
+        raise WorkbenchError("A saved tool call needs text id, name and arguments.", hint=_SAVED_HINT)
+    return ToolCall(data["id"], data["name"], data["arguments"])
+
+
+def _stats(data: object) -> TurnStats | None:
+    """Statistics are only shown: ones that do not check out are dropped, not fatal."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        stats = TurnStats.from_dict(data)
+    except TypeError:
+        return None
+    def shown(name: str, value: object) -> bool:
+        if name == "usage_complete":
+            return isinstance(value, bool)
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                 and math.isfinite(value))
+
+    return stats if all(shown(k, v) for k, v in asdict(stats).items()) else None
 
 
 CONVERSATION_FORMAT = "workbench-conversation/1"
@@ -117,12 +162,18 @@ class Conversation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Conversation:
+        if not isinstance(data, Mapping):
+            raise WorkbenchError(f"A saved conversation is a {type(data).__name__}, not an object.",
+                                 hint=f"Load a file exported by the workbench (format {CONVERSATION_FORMAT}).")
         if data.get("format") != CONVERSATION_FORMAT:
             raise WorkbenchError(
                 f"Not a saved conversation (format {data.get('format')!r}).",
                 hint=f"Load a file exported by the workbench (format {CONVERSATION_FORMAT}).",
             )
-        return cls([Message.from_dict(m) for m in data.get("messages", [])])
+        messages = data.get("messages", [])
+        if not isinstance(messages, list):
+            raise WorkbenchError("A saved conversation's messages are not a list.", hint=_SAVED_HINT)
+        return cls([Message.from_dict(m) for m in messages])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)

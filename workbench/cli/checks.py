@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 from collections.abc import Callable
 
-__all__ = ["at_least", "finite_float", "port_number", "positive_float"]
+__all__ = ["at_least", "finite_float", "new_file_path", "port_number", "positive_float"]
 
 
 def port_number(text: str) -> int:
@@ -54,3 +56,16 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{value:g} must be more than 0")
     return value
+
+
+def new_file_path(text: str) -> Path:
+    """A file the command will write at the end: checked now, so the work is not lost then."""
+    path = Path(text).expanduser()
+    if not text or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written here (no permission)")
+    return path

@@ -7,7 +7,7 @@ import sys
 import time
 from datetime import datetime
 
-from workbench.errors import WorkbenchError
+from workbench.cli.checks import at_least, new_file_path, positive_float
 from workbench.metrics import MetricsError, MetricsPoller, ThroughputFigures
 from workbench.server import resolve_server_url
 
@@ -27,17 +27,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--url",
         help="the server, e.g. http://127.0.0.1:8000 (default: the server the workbench launched)",
     )
-    parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between scrapes (default 1)")
-    parser.add_argument("--window", type=float, default=10.0, metavar="S", help="seconds the figures span (default 10)")
-    parser.add_argument("--count", type=int, metavar="N", help="stop after N scrapes (default: until Ctrl-C)")
-    parser.add_argument("--csv", metavar="PATH", help="write the recorded series to this CSV file at the end")
-    parser.add_argument("--json", metavar="PATH", help="write the recorded figures to this JSON file at the end")
+    parser.add_argument("--interval", type=positive_float, default=1.0, metavar="S", help="seconds between scrapes (default 1)")
+    parser.add_argument("--window", type=positive_float, default=10.0, metavar="S", help="seconds the figures span (default 10)")
+    parser.add_argument("--count", type=at_least(1), metavar="N", help="stop after N scrapes (default: until Ctrl-C)")
+    parser.add_argument("--csv", type=new_file_path, metavar="PATH", help="write the recorded series to this CSV file at the end")
+    parser.add_argument("--json", type=new_file_path, metavar="PATH", help="write the recorded figures to this JSON file at the end")
     parser.set_defaults(func=metrics_command)
 
 
 def metrics_command(args: argparse.Namespace) -> int:
-    if args.count is not None and args.count < 1:
-        raise WorkbenchError(f"--count must be at least 1, not {args.count}")
     url = resolve_server_url(args.url)
     poller = MetricsPoller(url, interval=args.interval, window=args.window, history=max(args.count or 0, 3600))
     redraw = sys.stdout.isatty()
@@ -58,10 +56,14 @@ def metrics_command(args: argparse.Namespace) -> int:
                 time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
     finally:
         poller.close()
-        if args.csv:
-            print(f"wrote {poller.export_csv(args.csv)}", file=sys.stderr)
-        if args.json:
-            print(f"wrote {poller.export_json(args.json)}", file=sys.stderr)
+        # Each file on its own: one that cannot be written does not cost the other, or hide why the run ended.
+        for option, path, export in (("--csv", args.csv, poller.export_csv), ("--json", args.json, poller.export_json)):
+            if path is None:
+                continue
+            try:
+                print(f"wrote {export(path)}", file=sys.stderr)
+            except OSError as exc:
+                print(f"error: {option} {path}: {exc.strerror or exc}", file=sys.stderr)
     return 0
 
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workbench.cli.checks import port_number
 from workbench.errors import WorkbenchError
 from workbench.server.ports import port_free
 from workbench.server.signals import exit_on_signals
@@ -80,7 +81,7 @@ def register(subparsers: Any) -> None:
         description="Start JupyterLab on notebooks/ bound to 127.0.0.1, print the URL to open, "
         "and run until Ctrl-C.",
     )
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="JupyterLab's port (default %(default)s)")
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="JupyterLab's port (default %(default)s)")
     p.add_argument("--dir", type=Path, default=None, help="folder to open (default: the repository's notebooks/)")
     p.add_argument("--open", action="store_true", help="also open a browser tab")
     p.add_argument("--keep-server", action="store_true",

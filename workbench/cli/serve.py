@@ -15,6 +15,7 @@ from workbench import server
 from workbench.cli.checks import at_least, port_number, positive_float
 from workbench.cli.serve_nodes import add_node_arguments, has_live_workers, node_lines, serve_nodes_command
 from workbench.errors import LaunchError
+from workbench.server.ports import check_listen_address
 from workbench.server.signals import exit_on_signals
 from workbench.server.state import scan_records, state_root
 
@@ -98,6 +99,8 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"This is {engine_note}.", flush=True)
     for fallback in plan.fallbacks:
         print(f"note: {fallback.choice} {fallback.asked!r} -> {fallback.used!r}: {fallback.reason}", file=sys.stderr)
+    if args.host and args.mode != "docker":
+        check_listen_address(args.host, plan.port)  # before building or starting anything
     exit_on_signals()  # SIGTERM/SIGHUP: SystemExit, so the atexit handler stops the server
     if args.workers:
         return serve_nodes_command(args, plan, print_event)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from workbench.cli.checks import port_number
 from workbench.errors import WorkbenchError
+from workbench.server.ports import check_listen_address
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ui", help="open the web UI (the default command)")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1; another needs --auth)")
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--port", type=port_number, default=7860)
     p.add_argument("--auth", help="user:password required to open the UI (or env WORKBENCH_AUTH)")
     p.add_argument("--share", action="store_true", help="a public Gradio share link (needs --auth)")
     p.add_argument("--state-dir", help="where server state and logs are kept")
@@ -23,6 +25,7 @@ def ui_command(args: argparse.Namespace) -> int:
     from workbench.ui.app import auth_from, serve_app
 
     auth = auth_from(args.auth)
+    check_listen_address(args.host, args.port)
     exposed = args.share or args.host not in ("127.0.0.1", "localhost", "::1")
     if exposed and auth is None:
         raise WorkbenchError(

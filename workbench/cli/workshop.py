@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import Any
 
+from workbench.cli.checks import at_least, port_number
 from workbench.workshop.settings import PRESENTER_AUTH_ENV, ROOM_CODE_ENV
 
 __all__ = ["register", "workshop_command"]
@@ -32,10 +33,10 @@ def register(subparsers: Any) -> None:
                    help=f"the presenter's login for /presenter (or env {PRESENTER_AUTH_ENV})")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1; another needs the room code and the presenter login)")
-    p.add_argument("--app-port", type=int, default=7860, help="the workshop's port (default 7860)")
+    p.add_argument("--app-port", type=port_number, default=7860, help="the workshop's port (default 7860)")
     p.add_argument("--attach", metavar="URL", help="chat with a server started elsewhere")
     p.add_argument("--api-key", help="API key of the attached server")
-    p.add_argument("--max-tokens", type=int, default=1024, help="each attendee request's max_tokens cap")
+    p.add_argument("--max-tokens", type=at_least(1), default=1024, help="each attendee request's max_tokens cap")
     p.add_argument("--state-dir", help="where server state and logs are kept")
     p.add_argument("--check", action="store_true", help="run the day-of checks for the plan and exit")
     p.add_argument("--download", action="store_true", help="download the plan's weights into the HF cache and exit")

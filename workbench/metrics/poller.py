@@ -10,6 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -19,6 +20,17 @@ from workbench.metrics.parse import Snapshot, fetch_metrics_text, parse_metrics
 from workbench.urls import metrics_url
 
 __all__ = ["MetricsPoller", "SharedPoller"]
+
+
+def finite_or_none(value: Any) -> Any:
+    """`value` with every NaN and infinity (at any depth) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
 
 
 class MetricsPoller:
@@ -130,7 +142,8 @@ class MetricsPoller:
             "window_s": self.window,
             "figures": [figures.to_dict() for figures in self.figures()],
         }
-        path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+        # A server may expose NaN or +Inf (a histogram's sum, a gauge): JSON has no such numbers.
+        path.write_text(json.dumps(finite_or_none(document), indent=2, allow_nan=False) + "\n")
         return path
 
     # push API

@@ -185,6 +185,8 @@ class Catalog:
 
     def recipe(self, name: str) -> Recipe:
         """Find a recipe by id, file name, slug, or a unique part of its id."""
+        if not isinstance(name, str) or not name.strip():
+            raise SelectionError(f"No recipe named {name!r}.", hint="Recipes: " + ", ".join(sorted(self.recipes)))
         if name in self.recipes:
             return self.recipes[name]
         low = name.lower()

@@ -330,11 +330,20 @@ def _validate_preset(p: _Problems, base: str, pr: Any, variants: Mapping[str, An
         p.add(f"{base}.config_files", "a mapping of file name -> text", cf)
 
 
+def text_line_of(path: Path, offset: int) -> int:
+    """The 1-based line holding byte `offset` of a file."""
+    return path.read_bytes()[:offset].count(b"\n") + 1
+
+
 def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RecipeError(f"{path}: cannot read ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        line = text_line_of(path, exc.start)
+        raise RecipeError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line})",
+                          hint="Save the file as UTF-8.") from exc
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:

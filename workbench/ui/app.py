@@ -23,6 +23,7 @@ from workbench.metrics import SharedPoller
 from workbench.recipes import load_catalog, recipe_for_hardware
 from workbench.server.hardware import detect
 from workbench.ui import bench_tab, chat_tab, recipe_tab, server_tab, throughput_tab
+from workbench.ui.exports import GRADIO_CACHE_CLEANUP
 
 # Pauses the page's timers while the browser tab is hidden, and resumes the
 # visible tab's timer when it comes back, so a background tab costs nothing.
@@ -93,7 +94,7 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
         return url
 
     default_recipe = recipe_for_hardware(catalog, hardware)[0]
-    with gr.Blocks(title="Nemotron vLLM Workbench") as demo:
+    with gr.Blocks(title="Nemotron vLLM Workbench", delete_cache=GRADIO_CACHE_CLEANUP) as demo:
         header = (f"## Nemotron vLLM Workbench <small>v{__version__}</small>\n"
                   "Serve NVIDIA Nemotron 3.5 Lightning with vLLM: pick a recipe, launch, chat, measure.")
         if default_recipe.engine_note:

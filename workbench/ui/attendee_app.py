@@ -12,8 +12,6 @@ one documented endpoint is `chat`: a message in, (answer, conversation) streamed
 from __future__ import annotations
 
 import html
-import json
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,6 +21,7 @@ from workbench.chat import Conversation, TurnTranscript
 from workbench.errors import WorkbenchError
 from workbench.metrics import ThroughputFigures
 from workbench.ui.chat_render import stats_markdown, tools_text, turn_messages
+from workbench.ui.exports import EXPORTS, GRADIO_CACHE_CLEANUP
 from workbench.ui.throughput_tab import strip_markdown
 from workbench.workshop import AttendeeChat, Room, RoomChat
 
@@ -68,7 +67,7 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
             raise gr.Error("You are not signed in to this room: reload the page to sign in.", print_exception=False)
         return str(name)
 
-    with gr.Blocks(title="Nemotron workshop", analytics_enabled=False) as demo:
+    with gr.Blocks(title="Nemotron workshop", analytics_enabled=False, delete_cache=GRADIO_CACHE_CLEANUP) as demo:
         state = gr.State(AttendeeChat())
         with gr.Row():
             who = gr.Markdown(elem_id="attendee-who")
@@ -126,12 +125,10 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
         def after_turn(chat: AttendeeChat, request: gr.Request):
             signed_in(request)
             last: TurnTranscript | None = chat.last
-            path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
-            with path:
-                json.dump(chat.conversation().to_dict(), path, indent=2)
+            path = EXPORTS.write_json(f"conversation-{EXPORTS.name_for(chat)}.json", chat.conversation().to_dict())
             if last is None:
-                return "", "", "*No turn yet.*", path.name
-            return last.reasoning_text(), tools_text(last), stats_markdown(last) or "*Stopped.*", path.name
+                return "", "", "*No turn yet.*", path
+            return last.reasoning_text(), tools_text(last), stats_markdown(last) or "*Stopped.*", path
 
         def stop_fn(chat: AttendeeChat, request: gr.Request) -> None:
             room_chat.stop(chat, signed_in(request))

@@ -3,9 +3,8 @@ the current turn's reasoning trace, tool-call trace, answer and statistics."""
 
 from __future__ import annotations
 
-import json
-import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from workbench.chat import ChatOptions, ChatSession, Conversation, TurnFinished,
 from workbench.chat.tools import builtin_tools
 from workbench.errors import WorkbenchError
 from workbench.ui.chat_render import error_message, stats_markdown, tools_text, turn_messages
+from workbench.ui.exports import EXPORTS
 
 # Redraw at most this often while text streams: at 200+ tok/s, one update per
 # token would flood the websocket and make the page lag.
@@ -62,12 +62,7 @@ def _session_for(session: ChatSession | None, base_url: str, saved: dict | None,
     if session is not None and session.base_url.rstrip("/") == base_url.rstrip("/"):
         session.options = options
         return session
-    conversation = Conversation()
-    if saved and saved.get("conversation"):
-        try:
-            conversation = Conversation.from_dict(saved["conversation"])
-        except WorkbenchError:
-            conversation = Conversation()
+    conversation = read_saved(saved)[1]
     return ChatSession(base_url, options=options, tools=builtin_tools(), conversation=conversation,
                        request_hook=request_hook)
 
@@ -208,12 +203,10 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
 
 
 def _export(saved, session):
-    conversation = session.conversation if session is not None else (
-        Conversation.from_dict(saved["conversation"]) if saved and saved.get("conversation") else Conversation())
-    path = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="conversation-", delete=False)
-    with path:
-        json.dump(conversation.to_dict(), path, indent=2)
-    return path.name
+    conversation = session.conversation if session is not None else read_saved(saved)[1]
+    # One file per session, rewritten; a restored page with no session yet gets a name of its own.
+    name = EXPORTS.name_for(session) if session is not None else uuid.uuid4().hex[:12]
+    return EXPORTS.write_json(f"conversation-{name}.json", conversation.to_dict())
 
 
 def _stop(session):
@@ -227,8 +220,31 @@ def _clear(session):
     return [], "", "", "", "*No turn yet.*", {"display": [], "conversation": None}, session
 
 
+def read_saved(saved: object) -> tuple[list[dict], Conversation, str | None]:
+    """The chat kept in this browser: what was shown, the conversation, and why it could
+    not be read (the browser's storage may hold anything; nothing of it is trusted)."""
+    if not saved:
+        return [], Conversation(), None
+    if not isinstance(saved, dict):
+        return [], Conversation(), f"it is a {type(saved).__name__}, not a saved chat"
+    display = saved.get("display") or []
+    if not (isinstance(display, list) and all(
+            isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+            and isinstance(m.get("metadata") or {}, dict) for m in display)):
+        return [], Conversation(), "its messages are not chat messages"
+    try:
+        conversation = Conversation.from_dict(saved["conversation"]) if saved.get("conversation") else Conversation()
+    except WorkbenchError as exc:
+        return [], Conversation(), exc.message
+    return display, conversation, None
+
+
 def restore(saved: dict | None, shown=None):
     """After a reload: the conversation as it was shown before (unless one is shown)."""
     if shown:
         return gr.skip()
-    return (saved or {}).get("display") or []
+    display, _, problem = read_saved(saved)
+    if problem:
+        return [error_message(f"The chat saved in this browser could not be read: {problem}.",
+                              "It was left out. Send a message to start a new one.")]
+    return display

@@ -169,7 +169,10 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
     )
 
     def on_recipe_change(recipe_id):
-        c = choices_for(catalog, recipe_id)
+        try:
+            c = choices_for(catalog, recipe_id)
+        except WorkbenchError as exc:
+            raise gr.Error(exc.message) from None
         return (
             gr.Dropdown(choices=c.variants, value=""),
             gr.Dropdown(choices=c.strategies, value=""),
@@ -180,8 +183,13 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
 
     def on_hardware_change(hardware, current_recipe):
         # Switch recipe when the current one cannot run there, or when leaving the CPU demo.
+        if hardware not in catalog.hardware:
+            raise gr.Error(f"No hardware named {hardware!r}.")
         wanted = recipe_for_hardware(catalog, hardware)[0].id
-        current = catalog.recipe(current_recipe)
+        try:
+            current = catalog.recipe(current_recipe)
+        except WorkbenchError:
+            return gr.Dropdown(value=wanted)
         if wanted != current_recipe and (current.local_build or not hardware_supported(current, catalog.hardware[hardware])):
             return gr.Dropdown(value=wanted)
         return gr.Dropdown()

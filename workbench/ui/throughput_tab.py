@@ -3,7 +3,6 @@ compact strip shown beside the chat."""
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 
 import gradio as gr
@@ -11,6 +10,7 @@ import pandas as pd
 
 from workbench.metrics import SERIES_COLUMNS, MetricsPoller, SharedPoller, ThroughputFigures
 from workbench.metrics.display import FIGURE_LABELS, PER_ENGINE_LABEL, STRIP_FIGURES, format_per_engine
+from workbench.ui.exports import EXPORTS
 
 TICK_S = 1.0
 WINDOW_S = 5.0
@@ -125,8 +125,8 @@ def create_ui(shared: SharedPoller) -> ThroughputTab:
         poller = shared.poller()
         if poller is None:
             raise gr.Error("No server: nothing recorded yet.")
-        path = tempfile.NamedTemporaryFile(suffix=f".{kind}", prefix="throughput-", delete=False).name
-        return str(poller.export_csv(path) if kind == "csv" else poller.export_json(path))
+        write = poller.export_csv if kind == "csv" else poller.export_json
+        return EXPORTS.write(f"throughput.{kind}", write)
 
     export_csv.click(lambda: export("csv"), None, export_csv)
     export_json.click(lambda: export("json"), None, export_json)

@@ -13,6 +13,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 
 from workbench.errors import InputError, WorkbenchError
+from workbench.server.ports import check_listen_address
 
 __all__ = ["LOOPBACK_HOSTS", "ROOM_CODE_ENV", "PRESENTER_AUTH_ENV", "WorkshopSettings", "settings_from"]
 
@@ -46,6 +47,7 @@ class WorkshopSettings:
 
     def check(self) -> None:
         """Refuse a room anyone on the network could use without the code, or drive without the login."""
+        check_listen_address(self.host, self.port)
         if self.room_code is not None and len(self.room_code) < MIN_ROOM_CODE:
             raise InputError(f"The room code must be at least {MIN_ROOM_CODE} characters long.",
                              hint=f"Choose a longer one (--room-code or {ROOM_CODE_ENV}).")
