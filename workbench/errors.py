@@ -33,6 +33,10 @@ class WorkbenchError(Exception):
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n{self.hint}"
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython (a notebook cell) shows instead of a traceback: the cause and the change to make."""
+        return [f"{type(self).__name__}: {self.message}", *([self.hint] if self.hint else [])]
+
 
 class InputError(WorkbenchError):
     """A value the user gave is malformed: a URL, a number out of range, unbalanced shell quotes."""
