@@ -129,6 +129,7 @@ def _stats(data: object) -> TurnStats | None:
         stats = TurnStats.from_dict(data)
     except TypeError:
         return None
+
     def shown(name: str, value: object) -> bool:
         if name == "usage_complete":
             return isinstance(value, bool)

@@ -40,6 +40,7 @@ def metrics_command(args: argparse.Namespace) -> int:
     poller = MetricsPoller(url, interval=args.interval, window=args.window, history=max(args.count or 0, 3600))
     redraw = sys.stdout.isatty()
     scrapes = 0
+    failed_exports = 0
     try:
         while args.count is None or scrapes < args.count:
             started = time.monotonic()
@@ -63,8 +64,9 @@ def metrics_command(args: argparse.Namespace) -> int:
             try:
                 print(f"wrote {export(path)}", file=sys.stderr)
             except OSError as exc:
+                failed_exports += 1
                 print(f"error: {option} {path}: {exc.strerror or exc}", file=sys.stderr)
-    return 0
+    return 1 if failed_exports else 0
 
 
 def format_table(figures: ThroughputFigures, url: str) -> str:
