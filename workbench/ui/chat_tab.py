@@ -229,8 +229,10 @@ def read_saved(saved: object) -> tuple[list[dict], Conversation, str | None]:
         return [], Conversation(), f"it is a {type(saved).__name__}, not a saved chat"
     display = saved.get("display") or []
     if not (isinstance(display, list) and all(
-            isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
-            and isinstance(m.get("metadata") or {}, dict) for m in display)):
+            # Gradio hands history back with content as text or as a list of parts
+            isinstance(m, dict) and m.get("role") in ("user", "assistant")
+            and isinstance(m.get("content"), (str, list)) and isinstance(m.get("metadata") or {}, dict)
+            for m in display)):
         return [], Conversation(), "its messages are not chat messages"
     try:
         conversation = Conversation.from_dict(saved["conversation"]) if saved.get("conversation") else Conversation()
