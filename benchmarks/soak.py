@@ -36,7 +36,7 @@ from workbench import server
 from workbench.chat import ChatOptions, ChatSession
 from workbench.chat.events import ContentDelta, ErrorEvent
 from workbench.recipes import Selection, load_catalog, render
-from workbench.server.process import proc_stat
+from workbench.server.process import cmdline, proc_stat
 
 SHORT_PROMPT = "What is the capital of France? Answer in one sentence."
 LONG_PROMPT = "Write a long story about a lighthouse keeper and a storm, in ten paragraphs."
@@ -94,14 +94,7 @@ def port_listening(port: int) -> bool:
 
 
 def engine_core_pid(handle: server.ServerProcess) -> int | None:
-    for pid in server_processes(handle):
-        try:
-            name = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "EngineCore" in name:
-            return pid
-    return None
+    return next((pid for pid in server_processes(handle) if "EngineCore" in cmdline(pid)), None)
 
 
 @dataclass
