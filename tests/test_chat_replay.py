@@ -312,6 +312,34 @@ def test_stream_and_send_work_where_a_loop_already_runs():
     assert result.content == "\n\nHello! How can I help?" and result.error is None
 
 
+def test_a_turn_closed_from_a_running_loop_hangs_up_on_the_server():
+    """Gradio closes a turn's generator from its event loop when the browser goes away
+    (a reload mid-answer): the request must end there, not stream on to max_tokens."""
+    import asyncio
+    import sys
+    import time
+
+    from tests.helpers.fixed_rate_server import FixedRateServer
+
+    ignored = []
+    previous_hook, sys.unraisablehook = sys.unraisablehook, ignored.append
+    try:
+        with FixedRateServer(prefill_rate=0, decode_rate=1000) as server:
+            session = ChatSession(server.base_url, options=ChatOptions(max_tokens=3000))
+            turn = session.stream("Hello")
+            assert isinstance(next(turn), (ContentDelta, ReasoningDelta, Notice, Usage))
+
+            async def close_inside_a_loop():
+                turn.close()
+
+            asyncio.run(close_inside_a_loop())
+            time.sleep(4)  # the whole answer would have been sent by now
+            assert server.timings == [], "the server streamed the whole answer to a closed turn"
+    finally:
+        sys.unraisablehook = previous_hook
+    assert ignored == []
+
+
 class _CutTransport(httpx.AsyncBaseTransport):
     """Serves the first `keep` bytes of a recorded stream, then drops the connection, as a
     server that dies mid-answer does; then whatever `after` serves."""

@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from workbench import server
 from workbench.cli import main
 from workbench.errors import InputError
 from workbench.server import ServeCommand, Status, StopStage, free_port
-from workbench.server.state import read_json, scan_records
+from workbench.server.state import read_json, scan_records, write_json
 
 CHILD = Path(__file__).parent / "helpers" / "misbehaving_child.py"
 
@@ -259,3 +260,27 @@ def test_an_auth_with_an_empty_half_is_refused(value, capsys):
     assert main(["ui", "--auth", value]) == 2
     err = capsys.readouterr().err
     assert "--auth needs both a user name and a password" in err and "Traceback" not in err
+
+
+def test_threads_saving_one_record_at_once_never_fail_or_tear_it(tmp_path):
+    # The watcher thread and the caller (a stop, a status) save the same record;
+    # CI once lost a save to a shared temporary file name.
+    path = tmp_path / "state.json"
+    errors: list[BaseException] = []
+
+    def save(n: int) -> None:
+        for i in range(200):
+            try:
+                write_json(path, {"writer": n, "i": i, "pad": "x" * 2000})
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=save, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    record = read_json(path)
+    assert record is not None and record["i"] == 199
+    assert list(tmp_path.iterdir()) == [path]

@@ -224,8 +224,20 @@ class ChatSession:
                     break
                 yield event
         finally:
-            loop.run_until_complete(agen.aclose())
-            loop.close()
+            def close() -> None:
+                loop.run_until_complete(agen.aclose())  # ends the HTTP stream: the server stops generating
+                loop.close()
+
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                close()
+            else:
+                # Closed from a thread that runs a loop (Gradio closing a turn whose
+                # browser went away): the private loop cannot run here.
+                closer = threading.Thread(target=close, name="chat-stream-close", daemon=True)
+                closer.start()
+                closer.join(10)
 
     # -- requests
 

@@ -119,6 +119,8 @@ class ServerProcess:
         self._events: list[ServerEvent] = []
         self._subscribers: list[Callable[[ServerEvent], None]] = []
         self._cond = threading.Condition()
+        # The watcher and the caller both save; one record write at a time.
+        self._save_lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._stopping = False
         self._started_mono = time.monotonic() - max(0.0, time.time() - self.started_at)
@@ -288,6 +290,10 @@ class ServerProcess:
         return on_disk.get("run_id") == self.run_id and on_disk.get("pid") == self.pid
 
     def _save(self) -> None:
+        with self._save_lock:
+            self._save_locked()
+
+    def _save_locked(self) -> None:
         on_disk = read_json(self.state_path) or {}
         same = self._same_run(on_disk)
         if same and on_disk.get("status") == Status.STOPPED.value and self.status is not Status.STOPPED:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,8 @@ def open_private(path: Path, mode: str = "wb") -> Any:
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
     # Write then rename, so a reader never sees half a file. 0600: it may hold an API key.
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    # The temporary name is per thread: two threads of one process may save at once.
+    tmp = path.with_name(path.name + f".{os.getpid()}.{threading.get_ident()}.tmp")
     with open_private(tmp, "w") as f:
         json.dump(data, f, indent=2)
     os.replace(tmp, path)

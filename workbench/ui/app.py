@@ -102,6 +102,7 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
                        "The GPU recipes still render.")
         gr.Markdown(header)
         active_tab = gr.State("recipe")
+        saved_chat = chat_tab.browser_state()
         with gr.Tabs():
             with gr.Tab("Recipe", id="recipe") as t_recipe:
                 recipe = recipe_tab.create_ui(catalog, hardware)
@@ -111,7 +112,8 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
                 strip = gr.Markdown(throughput_tab.strip_markdown(None), elem_id="chat-strip")
                 strip_timer = gr.Timer(2.0, active=False)
                 chat = chat_tab.create_ui(chat_server, request_hook=chat_request_hook,
-                                          sampling=default_recipe.workbench.get("chat_defaults"))
+                                          sampling=default_recipe.workbench.get("chat_defaults"),
+                                          saved=saved_chat)
             with gr.Tab("Throughput", id="throughput") as t_throughput:
                 throughput = throughput_tab.create_ui(poller)
             with gr.Tab("Benchmark", id="benchmark") as t_bench:

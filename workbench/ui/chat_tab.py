@@ -95,12 +95,19 @@ def _as_dicts(history) -> list[dict]:
     return out
 
 
+def browser_state() -> gr.BrowserState:
+    """The chat kept in this browser. Create it outside any tab: a tab's components
+    mount only when it opens, and one opened before the saved chat is read shows none."""
+    return gr.BrowserState({"display": [], "conversation": None}, storage_key=STORAGE_KEY,
+                           secret=STORAGE_SECRET)
+
+
 def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, request_hook=None,
-              sampling: dict | None = None) -> ChatTab:
-    """`resolve_server()` returns the base URL to chat with, or raises WorkbenchError saying why none."""
+              sampling: dict | None = None, saved: gr.BrowserState | None = None) -> ChatTab:
+    """`resolve_server()` returns the base URL to chat with, or raises WorkbenchError saying why none.
+    `saved`: the page's `browser_state()`, made outside the tabs (one is made here if not)."""
     sampling = {"temperature": 1.0, "top_p": 0.95, **(sampling or {})}
-    saved = gr.BrowserState({"display": [], "conversation": None}, storage_key=STORAGE_KEY,
-                            secret=STORAGE_SECRET)
+    saved = saved if saved is not None else browser_state()
     session = gr.State(None)
     with gr.Row():
         with gr.Column(scale=3):
