@@ -1,22 +1,29 @@
 """N scripted attendees against the workshop app, served by the fixed-rate server.
 
-    python benchmarks/workshop_load.py --attendees 32 --rate 50 --tokens 1024
+    python benchmarks/workshop_load.py --attendees 32 --rate 50 --tokens 1024 --rounds 3 --target-s 1
 
 Starts the fixed-rate server (tests/helpers, its own process) and
 `python -m workbench workshop --attach` (its own process), signs N attendees in
 through /join, and has each send one message through gradio_client's `chat` (the
-attendees spread over --client-processes processes) at
-the same moment. For each attendee it prints: send -> the request reaching the
-server (the server's arrival stamp), the server's last token -> the attendee
-holding the whole answer, and whether the answer was their own (the server echoes
-each attendee's tag). Then the app's CPU while idle and during the run, and
+attendees spread over --client-processes processes) at the same moment. For each
+attendee it prints: send -> the request reaching the server (the server's arrival
+stamp), split where the client's queue/join request leaves it (before: the scripted
+client's own work; after: the app); the server's last token -> the attendee holding
+the whole answer; and whether the answer was their own (the server echoes each
+attendee's tag). Then the app's CPU while idle and during the run, and
 /proc/loadavg (other load on the machine distorts the figures). All stamps are
 time.monotonic_ns, one clock for every process on Linux.
+
+The scripted clients skip loading the CA bundle (plain http on 127.0.0.1: there is
+nothing to verify). gradio_client loads it for every request by default, ~15 ms of
+CPU each that no browser pays; on 2 cores that load generator took as much CPU as
+the app and tripled the arrival times it measured (--client-ssl-verify shows it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import subprocess
@@ -54,11 +61,26 @@ def wait_up(url: str, timeout: float = 120) -> None:
     raise SystemExit(f"the workshop app did not answer at {url}")
 
 
-def client_worker(base: str, tokens: dict[int, str], inbox: Any, outbox: Any) -> None:
+def client_worker(base: str, tokens: dict[int, str], inbox: Any, outbox: Any, ssl_verify: bool) -> None:
     """One client process: its attendees' sessions, each round sent at the start time it is given."""
     from gradio_client import Client
 
-    clients = {i: Client(base + "/", headers={"Cookie": f"workbench_attendee={t}"}, verbose=False)
+    # Where a send's time goes before the app: stamp each queue/join request as it
+    # leaves (after the client has built its HTTP connection); the message carries the tag.
+    joins: dict[str, int] = {}
+
+    real_send = httpx.Client.send
+
+    def stamped_send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        if request.url.path.endswith("/queue/join"):
+            text = str(json.loads(request.content).get("data", [""])[0])
+            joins[text.split(" ", 1)[0]] = time.monotonic_ns()
+        return real_send(self, request, **kwargs)
+
+    httpx.Client.send = stamped_send  # type: ignore[method-assign]  # this client process only
+
+    clients = {i: Client(base + "/", headers={"Cookie": f"workbench_attendee={t}"}, verbose=False,
+                      ssl_verify=ssl_verify)
                for i, t in tokens.items()}
     outbox.put("ready")
     while (job := inbox.get()) is not None:
@@ -71,7 +93,8 @@ def client_worker(base: str, tokens: dict[int, str], inbox: Any, outbox: Any) ->
             sent = time.monotonic_ns()
             try:
                 answer, _ = clients[i].submit(f"a{i:02d}r{round_number}- tell me something", api_name="/chat").result()
-                results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer}
+                results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer,
+                              "join": joins.get(f"a{i:02d}r{round_number}-")}
             except Exception as exc:  # reported in the table
                 results[i] = {"sent": sent, "done": time.monotonic_ns(), "error": repr(exc)[:80]}
 
@@ -93,6 +116,13 @@ def main() -> int:
                         help="messages each attendee sends, all at once each round (the table shows each round)")
     parser.add_argument("--client-processes", type=int, default=4,
                         help="processes the scripted attendees are spread over (one process is itself a bottleneck)")
+    parser.add_argument("--client-ssl-verify", action="store_true",
+                        help="let gradio_client load the CA bundle for each request, as it does by default: "
+                             "~15 ms of CPU per request in the scripted client, which no browser pays (the app is "
+                             "plain http on 127.0.0.1 here, so there is nothing to verify)")
+    parser.add_argument("--target-s", type=float,
+                        help="exit 1 unless every arrival and every answer tail of every round is within this")
+    parser.add_argument("--raw", type=Path, help="also write every stamp (client, app queue, server) to this JSON file")
     args = parser.parse_args()
     code = "bench-room"
     port = free_port()
@@ -122,7 +152,7 @@ def main() -> int:
             for k in range(args.client_processes):
                 mine = {i: t for i, t in tokens.items() if i % args.client_processes == k}
                 inbox = ctx.Queue()
-                proc = ctx.Process(target=client_worker, args=(base, mine, inbox, outbox), daemon=True)
+                proc = ctx.Process(target=client_worker, args=(base, mine, inbox, outbox, args.client_ssl_verify), daemon=True)
                 proc.start()
                 workers.append((proc, inbox))
             for _ in workers:
@@ -149,12 +179,17 @@ def main() -> int:
         finally:
             app.terminate()
             app.wait(20)
+    if args.raw is not None:
+        args.raw.write_text(json.dumps({"rounds": [{str(i): {k: v for k, v in r.items() if k != "answer"}
+                                                    for i, r in results.items()} for results, _, _ in rounds],
+                                        "server": timings}, indent=1))
     print(f"{args.attendees} attendees, {args.tokens} tokens at {args.rate:g} tok/s each; "
           f"app CPU idle {idle * 100:.1f} % of a core")
     failed = 0
     for round_number, (results, busy, clients_busy) in enumerate(rounds):
-        print(f"round {round_number + 1}\n{'attendee':>9} {'send->server (s)':>17} {'last token->answer (s)':>23}  own answer")
-        worst_arrival = worst_answer = 0.0
+        print(f"round {round_number + 1}\n{'attendee':>9} {'send->server (s)':>17} {'in the client':>14} "
+              f"{'in the app':>11} {'last token->answer (s)':>23}  own answer")
+        worst_arrival = worst_answer = worst_client = worst_app = 0.0
         bad = errors = 0
         for i in range(args.attendees):
             tag = f"a{i:02d}r{round_number}-"
@@ -171,11 +206,23 @@ def main() -> int:
             others = any(not w.startswith(tag) for w in words)
             bad += (not own) or others
             worst_arrival, worst_answer = max(worst_arrival, arrival), max(worst_answer, tail)
-            print(f"{i:>9} {arrival:>17.3f} {tail:>23.3f}  {'yes' if own and not others else 'NO'}")
-        print(f"round {round_number + 1}: worst send->server {worst_arrival:.3f} s; worst last token->answer "
+            # Split where the client's request to join the app's queue left it.
+            client = (r["join"] - r["sent"]) / 1e9 if r.get("join") else float("nan")
+            in_app = (t["arrival_ns"] - r["join"]) / 1e9 if r.get("join") else float("nan")
+            worst_client, worst_app = max(worst_client, client), max(worst_app, in_app)
+            print(f"{i:>9} {arrival:>17.3f} {client:>14.3f} {in_app:>11.3f} {tail:>23.3f}  "
+                  f"{'yes' if own and not others else 'NO'}")
+        print(f"round {round_number + 1}: worst send->server {worst_arrival:.3f} s (of it, worst in the scripted "
+              f"client before posting {worst_client:.3f} s, worst from the post to the server {worst_app:.3f} s); "
+              f"worst last token->answer "
               f"{worst_answer:.3f} s; errors {errors}; wrong answers {bad}; app CPU {busy * 100:.0f} % of a core; "
               f"the scripted attendees' CPU {clients_busy * 100:.0f} % of a core (on the same 2 cores)")
         failed += errors + bad
+        if args.target_s is not None:
+            met = worst_arrival <= args.target_s and worst_answer <= args.target_s
+            print(f"round {round_number + 1}: target (every arrival and every answer within {args.target_s:g} s) "
+                  f"{'met' if met else 'MISSED'}")
+            failed += not met
     print(f"/proc/loadavg: {Path('/proc/loadavg').read_text().strip()}")
     return 0 if not failed else 1
 

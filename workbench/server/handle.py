@@ -10,7 +10,9 @@ from a state file (find_running, load_server) works out its status when asked
 from __future__ import annotations
 
 import atexit
+import functools
 import os
+import ssl
 import subprocess
 import threading
 import time
@@ -60,20 +62,27 @@ class ServerEvent:
 
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Built once: loading the CA bundle costs ~15 ms of CPU, and probes run every few seconds.
+    return httpx.create_ssl_context()
+
+
 def _probe(base_url: str, model: str, api_key: str | None, timeout: float = 2.0) -> tuple[int | None, bool]:
     """(/health status or None if unreachable, served model listed in /v1/models)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        health = httpx.get(f"{base_url}/health", timeout=timeout).status_code
-    except httpx.HTTPError:
-        return None, False
-    if health != 200:
-        return health, False
-    try:
-        r = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=timeout)
-        listed = r.status_code == 200 and any(m.get("id") == model for m in r.json().get("data", []))
-    except (httpx.HTTPError, ValueError):
-        listed = False
+    with httpx.Client(timeout=timeout, verify=_tls_context()) as client:
+        try:
+            health = client.get(f"{base_url}/health").status_code
+        except httpx.HTTPError:
+            return None, False
+        if health != 200:
+            return health, False
+        try:
+            r = client.get(f"{base_url}/v1/models", headers=headers)
+            listed = r.status_code == 200 and any(m.get("id") == model for m in r.json().get("data", []))
+        except (httpx.HTTPError, ValueError):
+            listed = False
     return health, listed
 
 

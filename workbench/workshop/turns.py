@@ -71,8 +71,10 @@ class RoomChat:
         self.resolve_server = resolve_server
         self.sampling = {"temperature": 1.0, "top_p": 0.95, **(sampling or {})}
         self.request_hook = request_hook
-        self._http: Any = None
-        self._http_loop: asyncio.AbstractEventLoop | None = None
+        # Made here, not at the first turn: building its TLS context takes tens of ms,
+        # which on the event loop would hold up a room sending its first messages at once.
+        self._http: Any = self._new_http_client()
+        self._http_loop: asyncio.AbstractEventLoop | None = None  # bound at first use
         self._server_cache: tuple[float, tuple[str | None, str]] | None = None
         self._server_lock: asyncio.Lock | None = None
 
@@ -88,13 +90,19 @@ class RoomChat:
                 self._server_cache = (time.monotonic(), answer)
             return self._server_cache[1]
 
+    @staticmethod
+    def _new_http_client() -> Any:
+        from openai import DefaultAsyncHttpxClient
+
+        return DefaultAsyncHttpxClient()
+
     def _http_client(self) -> Any:
         """One connection pool for every attendee's stream, on the running loop."""
         loop = asyncio.get_running_loop()
-        if self._http is None or self._http_loop is not loop:
-            from openai import DefaultAsyncHttpxClient
-
-            self._http, self._http_loop = DefaultAsyncHttpxClient(), loop
+        if self._http_loop is None:
+            self._http_loop = loop
+        elif self._http_loop is not loop:  # its connections belong to the other loop
+            self._http, self._http_loop = self._new_http_client(), loop
         return self._http
 
     def _options(self, chat: AttendeeChat, model: str, max_tokens: int | None) -> ChatOptions:
