@@ -49,6 +49,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tag(attendee: int, round_number: int) -> str:
+    """Begins each message; the fixed-rate server stamps and echoes it, so a result is matched to its sender."""
+    return f"a{attendee:02d}r{round_number}-"
+
+
 def wait_up(url: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -91,10 +96,10 @@ def client_worker(base: str, tokens: dict[int, str], inbox: Any, outbox: Any, ss
         def attendee(i: int) -> None:
             time.sleep(max(0.0, (start_at - time.monotonic_ns()) / 1e9))
             sent = time.monotonic_ns()
+            mine = tag(i, round_number)
             try:
-                answer, _ = clients[i].submit(f"a{i:02d}r{round_number}- tell me something", api_name="/chat").result()
-                results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer,
-                              "join": joins.get(f"a{i:02d}r{round_number}-")}
+                answer, _ = clients[i].submit(f"{mine} tell me something", api_name="/chat").result()
+                results[i] = {"sent": sent, "done": time.monotonic_ns(), "answer": answer, "join": joins.get(mine)}
             except Exception as exc:  # reported in the table
                 results[i] = {"sent": sent, "done": time.monotonic_ns(), "error": repr(exc)[:80]}
 
@@ -192,9 +197,9 @@ def main() -> int:
         worst_arrival = worst_answer = worst_client = worst_app = 0.0
         bad = errors = 0
         for i in range(args.attendees):
-            tag = f"a{i:02d}r{round_number}-"
+            mine = tag(i, round_number)
             r = results.get(i, {"error": "no result"})
-            t = timings.get(tag)
+            t = timings.get(mine)
             if "error" in r or t is None:
                 errors += 1
                 print(f"{i:>9} {'error: ' + r.get('error', 'never reached the server')}")
@@ -202,8 +207,8 @@ def main() -> int:
             arrival = (t["arrival_ns"] - r["sent"]) / 1e9
             tail = (r["done"] - t["last_sent_ns"]) / 1e9
             words = r["answer"].split()
-            own = bool(words) and words[0] == f"{tag}0" and f"{tag}{args.tokens - 1}" in words
-            others = any(not w.startswith(tag) for w in words)
+            own = bool(words) and words[0] == f"{mine}0" and f"{mine}{args.tokens - 1}" in words
+            others = any(not w.startswith(mine) for w in words)
             bad += (not own) or others
             worst_arrival, worst_answer = max(worst_arrival, arrival), max(worst_answer, tail)
             # Split where the client's request to join the app's queue left it.

@@ -29,7 +29,7 @@ from workbench.errors import LaunchError, MetricsError
 from workbench.metrics.parse import GENERATION_TOKENS, parse_metrics
 from workbench.server.command import PlanLike
 from workbench.server.diagnosis import Diagnosis
-from workbench.server.handle import STARTUP_TIMEOUT_S, ServerEvent, ServerProcess
+from workbench.server.handle import STARTUP_TIMEOUT_S, ServerEvent, ServerProcess, tls_context
 from workbench.server.launch import start
 from workbench.server.node_diagnosis import ENGINE_VERSION, PGID_SEEN, diagnose_node, version_mismatch
 from workbench.server.nodes import LOCAL, ClusterCommand, NodeCommand, plan_cluster, remote_stop_argv
@@ -307,7 +307,7 @@ class Cluster:
 
     def _check_engines(self) -> bool:
         try:
-            text = httpx.get(f"{self.head.base_url}/metrics", timeout=5.0).text
+            text = httpx.get(f"{self.head.base_url}/metrics", timeout=5.0, verify=tls_context()).text
             snapshot = parse_metrics(text)
         except (httpx.HTTPError, MetricsError):
             return False

@@ -63,15 +63,16 @@ class ServerEvent:
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Built once: loading the CA bundle costs ~15 ms of CPU, and probes run every few seconds.
+def tls_context() -> ssl.SSLContext:
+    """For polls that repeat (probes, scrapes): built once, as loading the CA bundle
+    costs ~15 ms of CPU each time httpx makes a client."""
     return httpx.create_ssl_context()
 
 
 def _probe(base_url: str, model: str, api_key: str | None, timeout: float = 2.0) -> tuple[int | None, bool]:
     """(/health status or None if unreachable, served model listed in /v1/models)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(timeout=timeout, verify=_tls_context()) as client:
+    with httpx.Client(timeout=timeout, verify=tls_context()) as client:
         try:
             health = client.get(f"{base_url}/health").status_code
         except httpx.HTTPError:
