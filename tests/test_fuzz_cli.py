@@ -271,9 +271,9 @@ def test_hostile_state_records_are_skipped_and_nothing_else_is_signalled(contain
             {"pid": bystander.pid},
             {"pid": bystander.pid, "pgid": bystander.pid, "status": "ready", "port": 8000, "mode": "local"},
             {"pid": bystander.pid, "pgid": bystander.pid, "status": "zombie", "port": "x", "mode": "local",
-             "pid_start_ticks": 1},
+             "pid_started_at": 1.0},
             {"pid": bystander.pid, "pgid": bystander.pid, "status": "ready", "port": 8001, "mode": "local",
-             "pid_start_ticks": 1, "log_path": "/etc/passwd", "host": "127.0.0.1", "base_url": "http://x"},
+             "pid_started_at": 1.0, "log_path": "/etc/passwd", "host": "127.0.0.1", "base_url": "http://x"},
             {"pid": -1, "pgid": 0, "status": "ready", "port": 8002},
         ]
         for i, record in enumerate(records):

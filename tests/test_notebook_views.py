@@ -202,7 +202,7 @@ def test_throughput_view_scrapes_the_real_server(demo_server):
 @pytest.mark.vllm
 def test_ensure_server_reuses_a_running_server_for_the_same_command(demo_server, tmp_path, monkeypatch):
     from workbench.server import attach, list_servers
-    from workbench.server.launch import same_command
+    from workbench.server.servers import same_command
 
     plan = render(Selection(hardware="cpu", port=demo_server.port))
     # The session's demo server was not started by the launcher: record it as attached.

@@ -21,7 +21,8 @@ from workbench import server
 from workbench.cli import main
 from workbench.errors import InputError
 from workbench.server import ServeCommand, Status, StopStage, free_port
-from workbench.server.state import read_json, scan_records, write_json
+from workbench.server.servers import scan_records
+from workbench.server.state import read_json, write_json
 
 CHILD = Path(__file__).parent / "helpers" / "misbehaving_child.py"
 
@@ -107,7 +108,7 @@ def test_a_record_without_a_start_time_is_never_signalled(tmp_path, capsys, monk
     monkeypatch.setenv("WORKBENCH_STATE_DIR", str(tmp_path))
     bystander = _bystander()
     try:
-        _write_record(tmp_path, "9001", _record(bystander.pid, 9001))  # no pid_start_ticks
+        _write_record(tmp_path, "9001", _record(bystander.pid, 9001))  # no pid_started_at
         handle = server.load_server(tmp_path / "9001")
         assert handle is not None and not handle.is_alive()
         assert handle.stop(timeout=1).stage is StopStage.ALREADY_GONE
@@ -125,14 +126,14 @@ def test_a_record_naming_a_dead_pid_and_a_live_group_is_never_signalled(tmp_path
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     try:
-        record = _record(dead.pid, 9002, pgid=bystander.pid, pid_start_ticks=1)
+        record = _record(dead.pid, 9002, pgid=bystander.pid, pid_started_at=1.0)
         _write_record(tmp_path, "9002", record)
         code, _, err = _cli(capsys, "stop")
         assert code == 1
         assert "9002" in err and "skipped" in err  # pgid != pid: not a record the workbench writes
         assert bystander.poll() is None
         # A matching pgid but a start time of some other process: not ours either.
-        live = _record(bystander.pid, 9003, pid_start_ticks=1)
+        live = _record(bystander.pid, 9003, pid_started_at=1.0)
         _write_record(tmp_path, "9003", live)
         assert _cli(capsys, "stop")[0] == 1
         assert bystander.poll() is None

@@ -17,7 +17,8 @@ from workbench.cli.serve_nodes import add_node_arguments, has_live_workers, node
 from workbench.errors import LaunchError
 from workbench.server.ports import check_listen_address
 from workbench.server.signals import exit_on_signals
-from workbench.server.state import scan_records, state_root
+from workbench.server.servers import scan_records
+from workbench.server.state import state_root
 
 __all__ = ["register", "print_event"]
 
@@ -105,7 +106,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.workers:
         return serve_nodes_command(args, plan, print_event)
     handle = server.launch(plan, mode=args.mode, python=args.python, host=args.host,
-                           on_event=print_event, stop_at_exit=not args.keep)
+                           on_event=print_event, progress=print, stop_at_exit=not args.keep)
     print(f"Log: {handle.log_path}", flush=True)
     handle.wait_ready(args.timeout)
     print(f"Ready in {handle.time_to_ready_s:.1f} s: {handle.base_url}  (OpenAI base URL {handle.openai_base_url}, "

@@ -38,7 +38,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
 def serve_nodes_command(args: argparse.Namespace, plan: Any, print_event: Any) -> int:
     cluster = launch_cluster(plan, args.workers, head_address=args.head_address, iface=args.iface,
                              python=args.python, host=args.host, ssh=args.ssh, worker_vllm=args.worker_vllm,
-                             on_event=print_event, stop_at_exit=not args.keep)
+                             on_event=print_event, progress=print, stop_at_exit=not args.keep)
     for row in cluster.rows():
         print(f"node {row['rank']} ({row['role']}, {row['host']}): pid {row['pid']}, log {row['log']}", flush=True)
     cluster.wait_ready(args.timeout)

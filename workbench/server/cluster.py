@@ -9,13 +9,14 @@ The head is an ordinary ServerProcess (its folder, state.json, vllm.log); the
 workers are recorded beside it in cluster.json, each with its own log
 (node1.log, ...). A worker that fails is diagnosed from its log
 (workbench.server.node_diagnosis) and the rest are stopped, logs kept.
-`python -m workbench stop` stops the workers through the head's stop
-(`begin_stop_workers`), from any process, using the records.
+The head's runtime is a `ClusterHead`: stopping the head stops the workers
+alongside it, from any process (`adopt_head` wraps a head loaded from its record),
+so `python -m workbench stop` needs nothing cluster-specific.
 """
 
 from __future__ import annotations
 
-import os
+import logging
 import subprocess
 import threading
 import time
@@ -29,16 +30,22 @@ from workbench.errors import LaunchError, MetricsError
 from workbench.metrics.parse import GENERATION_TOKENS, parse_metrics
 from workbench.server.command import PlanLike
 from workbench.server.diagnosis import Diagnosis
-from workbench.server.handle import STARTUP_TIMEOUT_S, ServerEvent, ServerProcess, tls_context
+from workbench.server.handle import STARTUP_TIMEOUT_S, ServerEvent, ServerProcess
 from workbench.server.launch import start
+from workbench.server.logfile import LogFollower
 from workbench.server.node_diagnosis import ENGINE_VERSION, PGID_SEEN, diagnose_node, version_mismatch
-from workbench.server.nodes import LOCAL, ClusterCommand, NodeCommand, plan_cluster, remote_stop_argv
+from workbench.server.nodes import LOCAL, NodeCommand, plan_cluster, remote_stop_argv
 from workbench.server.phases import PhaseDetector, PhaseRecord, StartupPhase, Status
-from workbench.server.process import STOP_TIMEOUT_S, ProcessGroup, StopResult, StopStage, proc_stat, stop_group
-from workbench.server.state import open_private, read_json, write_json
+from workbench.server.probe import tls_context
+from workbench.server.process import STOP_TIMEOUT_S, StopResult, StopStage, spawn_group, stop_group
+from workbench.server.record import read_record
+from workbench.server.runtime_cluster import ClusterHead
+from workbench.server.runtime_local import LocalProcessGroup
+from workbench.server.state import read_json, write_json
 
-__all__ = ["CLUSTER_FILE", "Cluster", "NodeProcess", "begin_stop_workers", "launch_cluster", "load_cluster",
-           "node_rows"]
+__all__ = ["CLUSTER_FILE", "Cluster", "NodeProcess", "adopt_head", "launch_cluster", "load_cluster", "node_rows"]
+
+log = logging.getLogger("workbench.server")
 
 CLUSTER_FILE = "cluster.json"
 POLL_S = 0.25
@@ -61,7 +68,7 @@ class NodeProcess:
         self.serves_http: bool = bool(record.get("serves_http"))
         self.port: int | None = record.get("port")
         self.pid: int | None = record.get("pid")
-        self.pid_start_ticks: int | None = record.get("pid_start_ticks")
+        self.pid_started_at: float | None = record.get("pid_started_at")
         self.log_path = Path(record["log_path"])
         self.started_at: float = record.get("started_at", time.time())
         self.status = Status(record.get("status", Status.STARTING.value))
@@ -71,11 +78,9 @@ class NodeProcess:
         self.remote_pgid: int | None = record.get("remote_pgid")
         self.version: str | None = record.get("version")
         self.stop_result: StopResult | None = None
-        self._popen = popen
-        self._group = ProcessGroup(self.pid, popen) if self.pid else None
+        self.runtime = LocalProcessGroup(self.pid, self.pid_started_at, popen)  # its process (vllm, or ssh) here
         self._detector = PhaseDetector()
-        self._offset = 0
-        self._pending = b""
+        self._log = LogFollower(self.log_path)
 
     @property
     def phase(self) -> StartupPhase | None:
@@ -84,7 +89,7 @@ class NodeProcess:
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "host": self.host, "via": self.via, "argv": self.argv,
                 "remote_argv": self.remote_argv, "serves_http": self.serves_http, "port": self.port,
-                "pid": self.pid, "pgid": self.pid, "pid_start_ticks": self.pid_start_ticks,
+                "pid": self.pid, "pgid": self.pid, "pid_started_at": self.pid_started_at,
                 "log_path": str(self.log_path), "started_at": self.started_at, "status": self.status.value,
                 "phases": [p.to_dict() for p in self.phases], "exit_code": self.exit_code,
                 "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
@@ -92,12 +97,7 @@ class NodeProcess:
 
     def is_alive(self) -> bool:
         """Its process group here still runs (started here), or its leader with the recorded start time."""
-        if self._group is None:
-            return False
-        if self._popen is not None:
-            return bool(self._group.members())
-        stat = proc_stat(self.pid) if self.pid else None
-        return stat is not None and stat[0] not in ("Z", "X") and stat[2] == self.pid_start_ticks
+        return self.runtime.is_alive()
 
     def log_text(self) -> str:
         try:
@@ -105,7 +105,7 @@ class NodeProcess:
         except OSError:
             return ""
 
-    def _phase(self, phase: StartupPhase, detail: str) -> None:
+    def enter_phase(self, phase: StartupPhase, detail: str) -> None:
         elapsed = round(time.time() - self.started_at, 3)
         if self.phases and self.phases[-1].duration_s is None:
             self.phases[-1].duration_s = round(elapsed - self.phases[-1].started_s, 3)
@@ -113,18 +113,8 @@ class NodeProcess:
 
     def read_log(self) -> bool:
         """Feed new log lines to the phase detector; True if anything was learnt."""
-        try:
-            with self.log_path.open("rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except OSError:
-            return False
-        self._offset += len(chunk)
-        lines = (self._pending + chunk).replace(b"\r", b"\n").split(b"\n")
-        self._pending = lines.pop()
         changed = False
-        for raw in lines:
-            line = raw.decode(errors="replace")
+        for line in self._log.new_lines():
             if line.startswith(PGID_SEEN) and self.remote_pgid is None:
                 try:
                     self.remote_pgid = int(line.split()[1])
@@ -143,17 +133,16 @@ class NodeProcess:
                     if phase is self.phase:
                         self.phases[-1].detail = detail
                 else:
-                    self._phase(phase, detail)
+                    self.enter_phase(phase, detail)
                 changed = True
         return changed
 
     def exited(self) -> bool:
-        if self._popen is not None:
-            if self._popen.poll() is None:
-                return False
-            self.exit_code = self._popen.returncode
-            return True
-        return not self.is_alive()
+        if not self.runtime.has_exited():
+            return False
+        if self.runtime.started_here:
+            self.exit_code = self.runtime.exit_code
+        return True
 
     def fail(self, diagnosis: Diagnosis) -> None:
         self.diagnosis = diagnosis
@@ -167,11 +156,9 @@ class NodeProcess:
         elif self.via == "ssh" and self.remote_pgid:
             self.stop_result = self._stop_remote(timeout, ssh, started)
         else:
-            assert self._group is not None
-            self.stop_result = stop_group(self._group, timeout)
-        if self._popen is not None:
-            self._popen.poll()
-            self.exit_code = self._popen.returncode
+            self.stop_result = self.runtime.stop(timeout)
+        if self.runtime.started_here:
+            self.exit_code = self.runtime.exit_code
         if self.status is not Status.FAILED:
             self.status = Status.STOPPED
         return self.stop_result
@@ -192,8 +179,7 @@ class NodeProcess:
         if remote("0"):
             remote("KILL")
             stage = StopStage.KILLED
-        assert self._group is not None
-        stop_group(self._group, 10.0)  # the ssh client here ends with the remote command
+        self.runtime.stop(10.0)  # the ssh client here ends with the remote command
         return StopResult(stage, time.monotonic() - started, [self.pid] if self.pid else [])
 
 
@@ -286,8 +272,9 @@ class Cluster:
         """Is the head being stopped (by this process or another)? Then workers exiting is no failure."""
         if self.head.status is Status.STOPPED:
             return True
-        on_disk = read_json(self.head.state_path) or {}
-        stopping = on_disk.get("run_id") == self.head.run_id and on_disk.get("status") in ("stopping", "stopped")
+        on_disk = read_record(self.head.state_dir)
+        stopping = self.head.record.same_run(on_disk) and on_disk is not None \
+            and on_disk.status in (Status.STOPPING, Status.STOPPED)
         if stopping:
             self._stopping = True
         return stopping
@@ -333,7 +320,7 @@ class Cluster:
             self.time_to_ready_s = round(time.time() - self.head.started_at, 3)
             for node in self.nodes:
                 node.status = Status.READY
-                node._phase(StartupPhase.READY, "its engine reports in the head's /metrics"
+                node.enter_phase(StartupPhase.READY, "its engine reports in the head's /metrics"
                             if not node.serves_http else "serving")
         return self._status is not before
 
@@ -342,7 +329,8 @@ class Cluster:
         self._stopping = True
         threading.Thread(target=self.head.stop, name="cluster-stop", daemon=True).start()
 
-    def _stop_workers(self, timeout: float) -> None:
+    def stop_workers(self, timeout: float) -> None:
+        """Stop every worker node (the head's ClusterHead runtime calls it beside the head's stop)."""
         self._stopping = True
         threads = [threading.Thread(target=n.stop, args=(timeout, self.ssh), daemon=True) for n in self.nodes]
         for t in threads:
@@ -400,10 +388,12 @@ def launch_cluster(
     worker_vllm: str = "vllm",
     state_dir: Path | str | None = None,
     on_event: Callable[[ServerEvent], None] | None = None,
-    progress: Callable[[str], None] = print,
+    progress: Callable[[str], None] | None = None,
     stop_at_exit: bool = True,
 ) -> Cluster:
-    """Start the head here and every worker (here, or on its host over ssh); returns at once."""
+    """Start the head here and every worker (here, or on its host over ssh); returns at once.
+    `progress` gets notes and model-build messages (default: the `workbench.server` logger)."""
+    progress = progress or log.info
     command = plan_cluster(plan, workers, head_address=head_address, iface=iface, python=python, host=host,
                            port=port, ssh=ssh, worker_vllm=worker_vllm, progress=progress)
     for note in command.notes:
@@ -420,6 +410,7 @@ def launch_cluster(
         raise
     info = command.to_dict()
     cluster = Cluster(head, nodes, info)
+    head.runtime = ClusterHead(head.runtime, cluster.stop_workers)  # the head's stop stops the workers too
     cluster._save()
     cluster._start_watcher()
     return cluster
@@ -427,20 +418,13 @@ def launch_cluster(
 
 def _spawn(node: NodeCommand, folder: Path) -> NodeProcess:
     log_path = _node_log(folder, node.rank)
-    if log_path.exists():
-        log_path.replace(log_path.with_name(f"node{node.rank}.previous.log"))
-    with open_private(log_path) as log:
-        try:
-            popen = subprocess.Popen(node.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **node.env}, start_new_session=True)
-        except OSError as exc:
-            raise LaunchError(f"Could not start node {node.rank} ({node.argv[0]}): {exc}",
-                              hint="Check that the program exists (vllm here, ssh for a remote worker).") from exc
-    stat = proc_stat(popen.pid)
-    record = {**node.to_dict(), "via": node.via, "pid": popen.pid, "pid_start_ticks": stat[2] if stat else None,
+    spawned = spawn_group(node.argv, node.env, log_path, what=f"node {node.rank}",
+                          hint="Check that the program exists (vllm here, ssh for a remote worker).")
+    record = {**node.to_dict(), "via": node.via, "pid": spawned.pid, "pid_started_at": spawned.started_at,
               "log_path": str(log_path), "started_at": time.time(), "status": Status.STARTING.value}
-    process = NodeProcess(record, popen)
-    process._phase(StartupPhase.STARTED, f"pid {popen.pid} on {node.host if node.host != LOCAL else 'this machine'}")
+    process = NodeProcess(record, spawned.popen)
+    process.enter_phase(StartupPhase.STARTED,
+                        f"pid {spawned.pid} on {node.host if node.host != LOCAL else 'this machine'}")
     return process
 
 
@@ -468,15 +452,18 @@ def load_cluster(head: ServerProcess) -> Cluster | None:
     return cluster
 
 
-def begin_stop_workers(head: ServerProcess, timeout: float) -> threading.Thread | None:
-    """Start stopping the workers of `head`'s cluster alongside the head; None if it has none."""
-    cluster = load_cluster(head)
-    if cluster is None or not cluster.nodes:
-        return None
-    thread = threading.Thread(target=cluster._stop_workers, args=(timeout,), name="cluster-stop-workers",
-                              daemon=True)
-    thread.start()
-    return thread
+def adopt_head(head: ServerProcess) -> None:
+    """If `head` (loaded from its record) heads a multi-node deployment, wrap its runtime
+    so that stopping it stops the workers too (read from cluster.json when it stops)."""
+    if isinstance(head.runtime, ClusterHead) or not (head.state_dir / CLUSTER_FILE).exists():
+        return
+
+    def stop_workers(timeout: float) -> None:
+        cluster = load_cluster(head)
+        if cluster is not None and cluster.nodes:
+            cluster.stop_workers(timeout)
+
+    head.runtime = ClusterHead(head.runtime, stop_workers)
 
 
 def node_rows(head: ServerProcess, cluster: Cluster | None = None) -> list[dict[str, Any]]:

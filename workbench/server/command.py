@@ -7,6 +7,7 @@ engine). Builds the CPU demo model when the plan needs it.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -22,7 +23,9 @@ from workbench.server.hardware import detect_hardware
 from workbench.server.ports import check_port_number
 
 __all__ = ["CONTAINER_PORT", "DEFAULT_HOST", "Mode", "PlanLike", "ServeCommand", "docker_engine_problem",
-           "nvidia_gpu_available", "prepare"]
+           "nvidia_gpu_available", "prepare", "vllm_executable"]
+
+log = logging.getLogger("workbench.server")
 
 Mode = Literal["local", "docker", "attach"]
 DEFAULT_HOST = "127.0.0.1"
@@ -96,7 +99,8 @@ def docker_engine_problem() -> str | None:
     return None
 
 
-def _vllm_executable() -> str | None:
+def vllm_executable() -> str | None:
+    """The `vllm` beside this Python, else the one on PATH, else None."""
     beside = Path(sys.executable).with_name("vllm")
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
@@ -146,7 +150,7 @@ def prepare(
     python: str | Path | None = None,
     host: str | None = None,
     port: int | None = None,
-    progress: Callable[[str], None] = print,
+    progress: Callable[[str], None] | None = None,
 ) -> ServeCommand:
     """Turn a rendered plan into the command to run here, or refuse with the reason.
 
@@ -174,7 +178,7 @@ def prepare(
     plan_dict = plan.to_dict()
 
     if mode == "auto":
-        mode = "local" if (python or _vllm_executable()) else "docker" if docker_engine_problem() is None else "local"
+        mode = "local" if (python or vllm_executable()) else "docker" if docker_engine_problem() is None else "local"
     if mode == "docker":
         problem = docker_engine_problem()
         if problem:
@@ -201,7 +205,7 @@ def prepare(
             raise LaunchError(f"--python {python} does not exist.", hint="Give the python of an environment with vLLM.")
         head = [str(python), "-m", "vllm.entrypoints.cli.main", "serve"]
     else:
-        exe = _vllm_executable()
+        exe = vllm_executable()
         if exe is None:
             raise LaunchError(
                 "vLLM is not installed in this environment (no `vllm` beside this Python or on PATH).",
@@ -216,7 +220,7 @@ def prepare(
     if key:
         env["VLLM_API_KEY"] = key
     if plan.local_build:
-        model = str(_build_local_model(plan.local_build, progress))
+        model = str(_build_local_model(plan.local_build, progress or log.info))
         if flag_value(rest, "--served-model-name") is None:
             rest += ["--served-model-name", plan.served_model_name or plan.argv[2]]
     rest = set_flag(rest, "--port", str(port))

@@ -123,7 +123,8 @@ def hardware_id_for(gpus: Sequence[GpuInfo], meminfo_text: str | None = None) ->
 Runner = Callable[[list[str]], str]
 
 
-def _run(argv: list[str]) -> str:
+def run_command(argv: list[str]) -> str:
+    """stdout of `argv` (10 s at most); CalledProcessError/OSError when it fails."""
     return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True).stdout
 
 
@@ -133,7 +134,7 @@ def detect_hardware(*, runner: Runner | None = None, which: Callable[[str], str 
     if runner is None:
         if which("nvidia-smi") is None:
             return Detection("cpu", reason="nvidia-smi not found")
-        runner = _run
+        runner = run_command
     try:
         gpus = parse_query_gpu(runner(QUERY_ARGS))
     except (OSError, subprocess.SubprocessError) as exc:

@@ -160,7 +160,7 @@ def plan_cluster(
     port: int | None = None,
     ssh: str = "ssh",
     worker_vllm: str = "vllm",
-    progress: Callable[[str], None] = print,
+    progress: Callable[[str], None] | None = None,
 ) -> ClusterCommand:
     """The head's ServeCommand and every worker's NodeCommand for a multi-node plan."""
     _check_hosts(plan, workers)

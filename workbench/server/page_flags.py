@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from workbench.errors import InputError
+from workbench.server.command import vllm_executable
 
 __all__ = ["PAGE_FLAGS", "REFUSED", "VllmFlag", "check_page_flags", "page_flag_problems", "parse_help",
            "vllm_flag_table"]
@@ -127,9 +128,7 @@ def vllm_flag_table(*, executable: str | None = None, cache: Path | None = None,
     """vLLM's options, read from `vllm serve --help=all` once per vLLM version (then from
     the cache); None when vLLM is not installed here (a Docker launch), or when it is
     not cached yet and `run` is False (a check on every keystroke must not wait)."""
-    from workbench.server.command import _vllm_executable
-
-    exe = executable or _vllm_executable()
+    exe = executable or vllm_executable()
     version = _vllm_version()
     if exe is None or version is None:
         return None

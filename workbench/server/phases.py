@@ -46,6 +46,9 @@ class Status(str, enum.Enum):
     READY = "ready"
     FAILED = "failed"
     STOPPED = "stopped"
+    # Only a record holds it: a stop is under way in some process. A handle never
+    # reports it; one loaded from such a record checks again (STARTING).
+    STOPPING = "stopping"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Ports: who listens on one (from /proc), whether one is free, a free one.
+"""Ports: who listens on one (psutil), whether one is free, a free one.
 
 The one place the workbench checks ports: the launcher's busy-port refusal, the
 notebooks' fallback to a free port and the tests' servers all use it.
@@ -6,13 +6,16 @@ notebooks' fallback to a free port and the tests' servers all use it.
 
 from __future__ import annotations
 
-import os
+import logging
 import socket
 from dataclasses import dataclass
-from pathlib import Path
+
+import psutil
 
 from workbench.errors import InputError
 from workbench.server.process import cmdline
+
+log = logging.getLogger("workbench.server")
 
 __all__ = ["PortHolder", "check_listen_address", "check_port_number", "free_port", "port_free", "port_holder"]
 
@@ -57,39 +60,21 @@ class PortHolder:
     def describe(self) -> str:
         return f"pid {self.pid} ({self.command})" if self.pid else self.command
 
-def _listening_inodes(port: int) -> set[str]:
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(cols[9])
-    return inodes
-
 
 def port_holder(port: int) -> PortHolder | None:
-    """Who listens on `port`, from /proc/net/tcp{,6} and /proc/*/fd; None if nobody."""
-    inodes = _listening_inodes(port)
-    if not inodes:
+    """Who listens on `port` (psutil: the kernel's socket table and each process's
+    descriptors); None if nobody."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error as exc:  # e.g. macOS without privileges
+        log.info("cannot read the socket table (%s); the port's holder is unknown", exc)
         return None
-    targets = {f"socket:[{i}]" for i in inodes}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fds = list((entry / "fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(fd) in targets:
-                    return PortHolder(int(entry.name), cmdline(int(entry.name)))
-            except OSError:
-                continue
+    listening = [c for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    if not listening:
+        return None
+    for conn in listening:
+        if conn.pid:
+            return PortHolder(conn.pid, cmdline(conn.pid))
     return PortHolder(None, "a process this user cannot see (another user's, or a container)")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workbench.server import hardware
-from workbench.server.command import docker_engine_problem
+from workbench.server.command import docker_engine_problem, vllm_executable
 
 __all__ = ["CheckStatus", "EnvironmentCheck", "day_of_checks", "docker_image_check", "download_weights",
            "environment_checks", "hf_cache_dir", "memory_headroom_check", "warm_up_check", "weights_check"]
@@ -238,7 +238,7 @@ def memory_headroom_check(gpu_memory_utilization: float | None, *, meminfo: Path
     gpus: list[tuple[int, int]] = []
     if runner is not None or hardware.detect_hardware().gpus:
         try:
-            gpus = parse_gpu_memory_used((runner or hardware._run)(MEMORY_QUERY_ARGS))
+            gpus = parse_gpu_memory_used((runner or hardware.run_command)(MEMORY_QUERY_ARGS))
         except (OSError, subprocess.SubprocessError) as exc:
             return EnvironmentCheck(name, "warning", f"nvidia-smi failed: {exc}", "Check the NVIDIA driver (nvidia-smi).")
     if gpus:
@@ -285,7 +285,7 @@ def docker_image_check(image: str, *, runner: Callable[[list[str]], str] | None 
             return EnvironmentCheck(name, "missing", problem,
                                     "Start Docker (`sudo systemctl start docker`), then "
                                     f"`docker pull {image}` before the room arrives.")
-        runner = hardware._run
+        runner = hardware.run_command
     try:
         found = runner(["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", image]).split()
     except subprocess.CalledProcessError:
@@ -348,6 +348,4 @@ def day_of_checks(plan: Any, *, mode: str = "auto", meminfo: Path = Path("/proc/
 
 
 def _vllm_installed() -> bool:
-    from workbench.server.command import _vllm_executable
-
-    return _vllm_executable() is not None
+    return vllm_executable() is not None

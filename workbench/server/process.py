@@ -1,26 +1,39 @@
-"""Process groups seen through /proc, and the staged stop.
+"""Process groups: the one spawner, what a group holds now (psutil), and the staged stop.
 
-A server runs in its own session (start_new_session=True), so its process group
-holds it and every child it spawns; stopping signals the whole group: SIGTERM,
-wait, then SIGKILL. `StopStage` records how far it had to go.
+A server (and each local worker node) runs in its own session
+(`start_new_session=True`), so its process group holds it and every child it
+spawns; stopping signals the whole group: SIGTERM, wait, then SIGKILL.
+`StopStage` records how far it had to go. A process is known again by its pid
+and its start time (`started_at`), so a reused pid is never taken for it.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import LaunchError
+import psutil
 
-__all__ = ["STOP_TIMEOUT_S", "ProcessGroup", "StopResult", "StopStage", "cmdline", "proc_stat", "stop_group"]
+from workbench.errors import LaunchError
+from workbench.server.state import open_private
+
+__all__ = ["STOP_TIMEOUT_S", "ProcessGroup", "Spawned", "StopResult", "StopStage", "cmdline", "descendants",
+           "same_process", "spawn_group", "started_at", "stop_group"]
+
+log = logging.getLogger("workbench.server")
 
 STOP_TIMEOUT_S = 30.0
+_DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+# Two reads of one process's start time agree exactly; a margin far below the clock tick covers float rounding.
+_SAME_START_S = 1e-3
 
 
 class StopStage(str, enum.Enum):
@@ -42,27 +55,59 @@ class StopResult:
         return {**asdict(self), "stage": self.stage.value}
 
 
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, pgrp, start time in clock ticks) of a pid, from /proc/<pid>/stat."""
+def _live(proc: psutil.Process) -> bool:
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return proc.status() not in _DEAD
+    except psutil.Error:
+        return False
+
+
+def started_at(pid: int) -> float | None:
+    """When `pid` started (seconds since the epoch), or None if no such live process."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() if _live(proc) else None
+    except psutil.Error:
         return None
-    # The command name is in parentheses and may hold spaces: split after the last ')'.
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[2]), int(fields[19])
+
+
+def same_process(pid: int | None, recorded_start: float | None) -> bool:
+    """Is `pid` still the process that started at `recorded_start` (and not a zombie)?
+    Without a recorded start nothing is proven: False."""
+    if not pid or recorded_start is None:
+        return False
+    now = started_at(pid)
+    return now is not None and abs(now - recorded_start) < _SAME_START_S
 
 
 def cmdline(pid: int) -> str:
+    """The command line of `pid`, or "?" when it is gone or hidden."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline()) or "?"
+    except psutil.Error:
         return "?"
-    return " ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p) or "?"
+
+
+def descendants(pids: Sequence[int]) -> dict[int, float]:
+    """pid -> start time of `pids` and every live descendant of theirs."""
+    found: dict[int, float] = {}
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            family = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in family:
+            try:
+                if _live(proc):
+                    found[proc.pid] = proc.create_time()
+            except psutil.Error:
+                continue
+    return found
 
 
 class ProcessGroup:
-    """A process group started with start_new_session=True, seen through /proc."""
+    """A process group started with start_new_session=True."""
 
     def __init__(self, pgid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
         self.pgid = pgid
@@ -73,11 +118,12 @@ class ProcessGroup:
         if self.popen is not None:
             self.popen.poll()  # reap the leader if it exited
         pids = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                stat = proc_stat(int(entry.name))
-                if stat and stat[1] == self.pgid and stat[0] not in ("Z", "X"):
-                    pids.append(int(entry.name))
+        for proc in psutil.process_iter():
+            try:
+                if os.getpgid(proc.pid) == self.pgid and _live(proc):
+                    pids.append(proc.pid)
+            except (OSError, psutil.Error):
+                continue  # exited while we looked
         return sorted(pids)
 
     def signal(self, sig: signal.Signals) -> bool:
@@ -98,6 +144,38 @@ class ProcessGroup:
             time.sleep(0.1)
 
 
+@dataclass(frozen=True)
+class Spawned:
+    """A process started in its own session by `spawn_group`."""
+
+    popen: subprocess.Popen[bytes]
+    started_at: float | None  # its start time, to know it again later
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def group(self) -> ProcessGroup:
+        return ProcessGroup(self.popen.pid, self.popen)
+
+
+def spawn_group(argv: Sequence[str], env: Mapping[str, str], log_path: Path, *, what: str, hint: str) -> Spawned:
+    """Run `argv` in a new session (its own process group), stdout and stderr to
+    `log_path` (0600; the previous log kept beside it as *.previous.log). The one
+    way the workbench starts a server or a node. LaunchError names `what` failed."""
+    if log_path.exists():
+        log_path.replace(log_path.with_name(log_path.stem + ".previous" + log_path.suffix))
+    with open_private(log_path) as out:
+        try:
+            popen = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **env}, start_new_session=True)
+        except OSError as exc:
+            raise LaunchError(f"Could not start {what} ({argv[0]}): {exc}", hint=hint) from exc
+    log.info("started %s: pid %d, log %s", what, popen.pid, log_path)
+    return Spawned(popen, started_at(popen.pid))
+
+
 def stop_group(group: ProcessGroup, timeout: float = STOP_TIMEOUT_S, kill_wait: float = 10.0) -> StopResult:
     """Staged stop: SIGTERM to the whole group, wait `timeout`, then SIGKILL."""
     started = time.monotonic()
@@ -107,6 +185,7 @@ def stop_group(group: ProcessGroup, timeout: float = STOP_TIMEOUT_S, kill_wait: 
     group.signal(signal.SIGTERM)
     if not group.wait_gone(timeout):
         return StopResult(StopStage.TERMINATED, time.monotonic() - started, pids)
+    log.warning("group %d outlived SIGTERM by %.0f s: SIGKILL", group.pgid, timeout)
     group.signal(signal.SIGKILL)
     survivors = group.wait_gone(kill_wait)
     if survivors:
