@@ -36,7 +36,7 @@ from workbench import server
 from workbench.chat import ChatOptions, ChatSession
 from workbench.chat.events import ContentDelta, ErrorEvent
 from workbench.recipes import Selection, load_catalog, render
-from workbench.server.process import cmdline, proc_stat
+from workbench.server.process import cmdline, descendants, same_process
 
 SHORT_PROMPT = "What is the capital of France? Answer in one sentence."
 LONG_PROMPT = "Write a long story about a lighthouse keeper and a storm, in ten paragraphs."
@@ -44,45 +44,14 @@ CUT_AFTER_DELTAS = 8  # content deltas streamed before the kill
 TURN_DEADLINE_S = 90.0  # a turn still streaming this long after the kill counts as hung
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(text[text.rfind(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    return children
+def server_processes(handle: server.ServerProcess) -> dict[int, float]:
+    """pid -> start time of the server's group and all its descendants."""
+    return descendants([*([handle.pid] if handle.pid else []), *handle.group_pids()])
 
 
-def server_processes(handle: server.ServerProcess) -> dict[int, int]:
-    """pid -> start ticks of the server's group and all its descendants."""
-    found: dict[int, int] = {}
-    children = _children_map()
-    todo = [handle.pid, *handle.group_pids()]
-    while todo:
-        pid = todo.pop()
-        if pid in found:
-            continue
-        stat = proc_stat(pid)
-        if stat is None:
-            continue
-        found[pid] = stat[2]
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def still_running(processes: dict[int, int]) -> list[int]:
+def still_running(processes: dict[int, float]) -> list[int]:
     """Those of `processes` that are the same process and not a zombie."""
-    left = []
-    for pid, ticks in processes.items():
-        stat = proc_stat(pid)
-        if stat is not None and stat[2] == ticks and stat[0] not in ("Z", "X"):
-            left.append(pid)
-    return left
+    return [pid for pid, started in processes.items() if same_process(pid, started)]
 
 
 def port_listening(port: int) -> bool:

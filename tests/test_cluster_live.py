@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from workbench.server.process import ProcessGroup
 from workbench.metrics.figures import derive_figures
 from workbench.metrics.parse import GENERATION_TOKENS, parse_metrics
 from workbench.ui.server_tab import node_table
@@ -38,17 +39,7 @@ QUIET = lambda message: None  # noqa: E731
 
 
 def group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                out.append(int(entry.name))
-    return out
+    return ProcessGroup(pgid).members()
 
 
 def engine_tokens(base_url: str) -> dict[str, float]:

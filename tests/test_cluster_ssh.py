@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.server.process import ProcessGroup
 from workbench.errors import LaunchError
 from workbench.recipes import Selection, load_catalog, render
 from workbench.server import Status, free_port
@@ -50,17 +51,7 @@ def plan(**extra: object):  # type: ignore[no-untyped-def]
 
 
 def group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                out.append(int(entry.name))
-    return out
+    return ProcessGroup(pgid).members()
 
 
 @pytest.fixture(scope="module")

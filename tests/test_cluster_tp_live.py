@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from workbench.server.process import ProcessGroup
 from workbench.demo.forcing import forcing_plan, regex_for_exact_text
 from workbench.server import Status, free_port
 from workbench.server.cluster import Cluster, launch_cluster
@@ -26,17 +27,7 @@ FORCED = "Two ranks, one answer."
 
 
 def group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                out.append(int(entry.name))
-    return out
+    return ProcessGroup(pgid).members()
 
 
 @pytest.fixture(scope="module")

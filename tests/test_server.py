@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.server.process import started_at
 from workbench.server import free_port
 from workbench import server
 from workbench.errors import LaunchError
@@ -26,12 +27,8 @@ CHILD = Path(__file__).parent / "helpers" / "misbehaving_child.py"
 
 
 def _alive(pid: int) -> bool:
-    """A pid still runs (exists in /proc and is not a zombie)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2] not in "ZX"
+    """A pid still runs (and is not a zombie)."""
+    return started_at(pid) is not None
 
 
 def _wait_for_line(handle, prefix: str, timeout: float = 20) -> int:

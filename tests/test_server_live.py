@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from workbench.server.process import ProcessGroup
 from workbench.server import free_port
 from workbench.errors import LaunchError
 from workbench.server import (
@@ -53,16 +54,7 @@ def _workbench(state_dir: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _group_gone(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rfind(")") + 2 :].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                return False
-    return True
+    return not ProcessGroup(pgid).members()
 
 
 def _wait_until(predicate, timeout: float, what: str) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.server.process import started_at
 from workbench import server
 from workbench.cli import main
 from workbench.errors import InputError
@@ -28,11 +29,8 @@ CHILD = Path(__file__).parent / "helpers" / "misbehaving_child.py"
 
 
 def _alive(pid: int) -> bool:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2] not in "ZX"
+    """A pid still runs (and is not a zombie)."""
+    return started_at(pid) is not None
 
 
 def _child(state_dir: Path, port: int, *args: str, env: dict[str, str] | None = None,

@@ -15,23 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from workbench.server.process import ProcessGroup
 from workbench.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _group_alive(pgid: int) -> list[int]:
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                alive.append(int(entry.name))
-    return alive
+    return ProcessGroup(pgid).members()
 
 
 @pytest.mark.vllm
