@@ -1,4 +1,5 @@
-"""The package's shape, checked: modules stay small, and no import cycle between modules."""
+"""The package's shape, checked: modules stay small, and no import cycle between modules
+(counting the imports inside functions)."""
 
 from __future__ import annotations
 
@@ -18,21 +19,52 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _top_level_imports(path: Path, known: set[str]) -> set[str]:
-    """Modules of the package imported when `path` is imported (imports inside functions are not)."""
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Modules of the package that `path` imports: at the top, and inside functions too
+    (an import deferred into a function still makes a cycle, only a later one), and
+    under `if TYPE_CHECKING:` (a circle of types is a circle of concepts). The package's
+    own `__init__` is left out: it names its exports for type checkers, lazily."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    if path == PACKAGE / "__init__.py":
+        skipped = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+                   for n in ast.walk(node)}
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
     found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+    for node in ast.walk(tree):
+        if id(node) in skipped:
             continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:  # relative: from the package the file is in
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, *([module] if module else [])])
+            targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
         for target in targets:
             if target in known:
                 found.add(target)
     return found
+
+
+def test_nothing_imports_back_up_the_house():
+    """No module imports the top package `workbench` itself (its __init__ is the notebook
+    user's door, not a place the library reaches back to); `workbench._version` holds the version."""
+    modules = _modules()
+    up = {name for name, path in modules.items() if name != "workbench" and "workbench" in _imports(path, set(modules))}
+    offenders = set()
+    for name in up:
+        tree = ast.parse(modules[name].read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "workbench" and not node.level:
+                # `from workbench import server` names a subpackage: that is fine; a name defined in
+                # workbench/__init__.py (like __version__) is reaching back up.
+                if any(f"workbench.{alias.name}" not in modules for alias in node.names):
+                    offenders.add(name)
+    assert not offenders, sorted(offenders)
 
 
 def test_no_module_is_over_600_lines():
@@ -42,7 +74,7 @@ def test_no_module_is_over_600_lines():
 
 def test_no_import_cycle_between_modules():
     modules = _modules()
-    graph = {name: _top_level_imports(path, set(modules)) - {name} for name, path in modules.items()}
+    graph = {name: _imports(path, set(modules)) - {name} for name, path in modules.items()}
     # A package imports its submodules to re-export them; that edge is not a cycle.
     for name in graph:
         graph[name] = {t for t in graph[name] if not (t.startswith(name + ".") and modules[name].name == "__init__.py")}

@@ -16,10 +16,29 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from workbench.bench.results import BenchResult
+from workbench.bench.config import BenchConfig
+from workbench.bench.lag import ClientLag
+from workbench.bench.summary import Summary
+
+
+class FigureLevel(Protocol):
+    """What a figure reads of one level (workbench.bench.results.BenchResult is one);
+    a protocol, so results can draw its figures without a circle of imports."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def config(self) -> BenchConfig: ...
+    @property
+    def summary(self) -> Summary: ...
+    @property
+    def client_lag(self) -> ClientLag | None: ...
+    @property
+    def partial(self) -> str | None: ...
+    @property
+    def client_bound(self) -> bool: ...
 
 __all__ = ["LATENCY_FIGURES", "PERCENTILE_NAMES", "figure_rows", "figures_html", "latency_rows", "latency_svg",
            "tradeoff_svg"]
@@ -32,7 +51,7 @@ _BOUND = "#d62728"
 _FONT = 'font-family="sans-serif" font-size="11"'
 
 
-def figure_rows(levels: Sequence[BenchResult]) -> list[dict[str, Any]]:
+def figure_rows(levels: Sequence[FigureLevel]) -> list[dict[str, Any]]:
     """One row per level: the trade-off point and what marks it."""
     rows = []
     for r in sorted(levels, key=lambda r: r.config.concurrency):
@@ -48,7 +67,7 @@ def figure_rows(levels: Sequence[BenchResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def latency_rows(levels: Sequence[BenchResult]) -> list[dict[str, Any]]:
+def latency_rows(levels: Sequence[FigureLevel]) -> list[dict[str, Any]]:
     """One row per (figure, concurrency, percentile): the grouped bars."""
     rows = []
     for r in sorted(levels, key=lambda r: r.config.concurrency):
@@ -79,7 +98,7 @@ def _axis_ticks(top: float, n: int = 4) -> list[float]:
     return [top * i / n for i in range(n + 1)]
 
 
-def tradeoff_svg(levels: Sequence[BenchResult], width: int = 520, height: int = 340) -> str:
+def tradeoff_svg(levels: Sequence[FigureLevel], width: int = 520, height: int = 340) -> str:
     rows = [r for r in figure_rows(levels) if r["output_tok_s"] is not None and r["decode_tok_s_per_user"] is not None]
     left, right, top, bottom = 64, 20, 34, 46
     pw, ph = width - left - right, height - top - bottom
@@ -139,7 +158,7 @@ def _axes(left: float, top: float, pw: float, ph: float, xmax: float, ymax: floa
     return out
 
 
-def latency_svg(levels: Sequence[BenchResult], panel_width: int = 250, height: int = 300) -> str:
+def latency_svg(levels: Sequence[FigureLevel], panel_width: int = 250, height: int = 300) -> str:
     rows = latency_rows(levels)
     concurrencies = sorted({r.config.concurrency for r in levels})
     bound = {r.config.concurrency for r in levels if r.client_bound}
@@ -191,7 +210,7 @@ def latency_svg(levels: Sequence[BenchResult], panel_width: int = 250, height: i
     return "\n".join(out + ["</svg>"])
 
 
-def figures_html(levels: Sequence[BenchResult]) -> str:
+def figures_html(levels: Sequence[FigureLevel]) -> str:
     """Both figures in one self-contained page."""
     if not levels:
         return "<p>No benchmark levels to draw.</p>"

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import __version__
+from workbench._version import __version__
 from workbench.bench.config import BenchConfig
+from workbench.bench.figures import figures_html
 from workbench.bench.lag import ClientLag
 from workbench.bench.records import RequestRecord
 from workbench.bench.summary import DEFINITIONS, Distribution, ServerCounters, Summary
@@ -293,7 +294,5 @@ def write_sweep_files(sweep: SweepResult, directory: Path, stem: str = "sweep") 
 
 
 def _write_figures(path: Path, levels: list[BenchResult]) -> Path:
-    from workbench.bench.figures import figures_html
-
     path.write_text(figures_html(levels))
     return path

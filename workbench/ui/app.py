@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from workbench import __version__
+from workbench._version import __version__
 from workbench.errors import WorkbenchError
 from workbench.metrics import SharedPoller
 from workbench.recipes import load_catalog, recipe_for_hardware
