@@ -135,7 +135,7 @@ def main() -> int:
     with FixedRateServer(decode_rate=args.rate, echo=True).in_subprocess() as vllm_url:
         env = {**os.environ, "WORKBENCH_ROOM_CODE": code, "PYTHONPATH": str(ROOT)}
         app = subprocess.Popen([sys.executable, "-m", "workbench", "workshop", "--attach", vllm_url,
-                                "--app-port", str(port), "--max-tokens", str(args.tokens), "--hardware", "cpu",
+                                "--port", str(port), "--max-tokens", str(args.tokens), "--hardware", "cpu",
                                 "--state-dir", str(state)],
                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{port}"

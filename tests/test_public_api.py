@@ -51,3 +51,13 @@ def test_importing_workbench_and_the_cli_loads_no_ui_library():
             "print(sorted(m for m in ('gradio', 'ipywidgets', 'pandas', 'torch', 'vllm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_error_class_is_exported():
+    """A notebook catches exactly what it means (`except workbench.LaunchError`): the whole tree is public."""
+    import workbench.errors as errors
+
+    tree = {name for name in errors.__all__ if isinstance(getattr(errors, name), type)
+            and issubclass(getattr(errors, name), errors.WorkbenchError)}
+    assert tree and tree <= set(workbench.__all__), tree - set(workbench.__all__)
+    assert all(getattr(workbench, name) is getattr(errors, name) for name in tree)

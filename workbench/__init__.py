@@ -64,9 +64,17 @@ _EXPORTS: dict[str, str] = {
     "check_fits": "workbench.bench",
     "preset_config": "workbench.bench",
     "run_benchmark": "workbench.bench",
-    # errors
+    # errors: every class of the tree, so a notebook can catch exactly what it means
+    "BenchError": "workbench.errors",
     "BenchShapeError": "workbench.errors",
+    "InputError": "workbench.errors",
+    "LaunchError": "workbench.errors",
+    "MetricsError": "workbench.errors",
     "PlannerError": "workbench.errors",
+    "RecipeError": "workbench.errors",
+    "RoomError": "workbench.errors",
+    "SelectionError": "workbench.errors",
+    "ToolError": "workbench.errors",
     "WorkbenchError": "workbench.errors",
     # notebook views
     "BenchView": "workbench.notebook",
@@ -103,7 +111,19 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.chat.tools import ToolRegistry, builtin_tools
     from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
     from workbench.demo.models import build_forcing_model, special_token_ids
-    from workbench.errors import BenchShapeError, PlannerError, WorkbenchError
+    from workbench.errors import (
+        BenchError,
+        BenchShapeError,
+        InputError,
+        LaunchError,
+        MetricsError,
+        PlannerError,
+        RecipeError,
+        RoomError,
+        SelectionError,
+        ToolError,
+        WorkbenchError,
+    )
     from workbench.metrics import MetricsPoller
     from workbench.notebook import (
         BenchView,

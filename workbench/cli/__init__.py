@@ -8,6 +8,8 @@ turns WorkbenchError into a clean message (exit 2).
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
 from workbench.cli import bench, chat, metrics, notebooks, plan, render, serve, ui, workshop
@@ -28,12 +30,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_library_log() -> None:
+    """The library logs to the `workbench` loggers; the command line shows warnings (or the level
+    in $WORKBENCH_LOG, e.g. INFO for every phase and stop) on stderr, once per process."""
+    logger = logging.getLogger("workbench")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    level = os.environ.get("WORKBENCH_LOG", "WARNING").upper()
+    logger.setLevel(level if level in logging.getLevelNamesMapping() else "WARNING")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["ui", *argv]
     args = parser.parse_args(argv)
+    _show_library_log()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -4,12 +4,74 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import re
+import shlex
+import sys
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["at_least", "finite_float", "new_file_path", "port_number", "positive_float"]
+from workbench.errors import InputError
+
+__all__ = ["DeprecatedSpelling", "at_least", "check_extra_quoting", "finite_float", "new_file_path",
+           "port_number", "positive_float", "refuse_with_attach"]
+
+
+class DeprecatedSpelling(argparse.Action):
+    """An old spelling of an option that still works: stored as the new one, and said so on stderr.
+    `add_argument("--app-port", action=DeprecatedSpelling, new="--port", dest="port", ...)`."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"note: {option_string} is now spelled {self.new}; the old spelling still works for now.",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def refuse_with_attach(args: argparse.Namespace, flags: dict[str, str]) -> None:
+    """InputError naming the first of `flags` (dest -> option) given beside --attach: a server
+    started elsewhere already has its port and its command; the flag would be ignored."""
+    given = [option for dest, option in flags.items() if getattr(args, dest, None) not in (None, False, [])]
+    if getattr(args, "attach", None) and given:
+        raise InputError(
+            f"{', '.join(given)} cannot apply with --attach: the attached server was started elsewhere, "
+            "its port is the one in the URL and its command is its own.",
+            hint=f"Drop {', '.join(given)}, or drop --attach to launch a server here with them.")
+
+
+# A JSON value whose quotes were eaten by shell-style splitting: {"method":"ngram"} -> {method:ngram}.
+_UNQUOTED_JSON = re.compile(r"^[{\[].*[A-Za-z_][\w.-]*\s*:")
+
+
+def check_extra_quoting(extra: Sequence[str]) -> None:
+    """InputError when an --extra value holds JSON that shell-style splitting turns into
+    something else ({"method":"ngram"} becomes {method:ngram}), with the quoting that keeps it."""
+    for item in extra:
+        try:
+            words = shlex.split(item)
+        except ValueError:
+            continue  # unbalanced quotes: the recipe layer names that itself
+        for i, word in enumerate(words):
+            flag, _, value = word.partition("=") if word.startswith("--") else ("", "", word)
+            if not _UNQUOTED_JSON.match(value):
+                continue
+            try:
+                json.loads(value)
+            except ValueError:
+                flag = flag or (words[i - 1] if i > 0 else "--its-flag")
+                example = "--extra \"" + flag + " '{\\\"method\\\": \\\"ngram\\\"}'\""
+                raise InputError(
+                    f"--extra {item!r}: split into shell words (as --extra values are), the JSON became "
+                    f"{value}: its double quotes were read as quoting, and vLLM cannot parse what is left.",
+                    hint="Put the JSON in single quotes inside the value, so its double quotes survive, "
+                    f"e.g. {example}") from None
 
 
 def port_number(text: str) -> int:

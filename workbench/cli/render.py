@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from workbench.cli.checks import at_least, port_number
+from workbench.cli.checks import DeprecatedSpelling, at_least, check_extra_quoting, port_number
 from workbench.server import hardware
 from workbench.errors import SelectionError
 from workbench.recipes import DEFAULT_PORT, Catalog, LaunchPlan, Selection, load_catalog, render
@@ -23,8 +23,12 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that pick a deployment; shared by `render` and `serve`."""
+def add_selection_arguments(parser: argparse.ArgumentParser, *, port: str | None = "deprecated") -> None:
+    """The options that pick a deployment; shared by `render`, `plan`, `serve` and `workshop`.
+
+    The vLLM server's port is --server-port everywhere. `port` says what --port is here:
+    "same" (the command serves vLLM itself: `serve`), "deprecated" (the old spelling of
+    --server-port, said so on stderr) or None (the command's own --port means something else)."""
     g = parser.add_argument_group("selection")
     g.add_argument("--recipe", help="recipe id or a unique part of it (default: from the hardware)")
     g.add_argument("--hardware", help="hardware id (default: detected; see --list)")
@@ -35,7 +39,13 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
                    help="comma-separated features (replaces the recipe's defaults)")
     g.add_argument("--spec", metavar="MODE", help="speculative decoding mode (implies spec_decoding)")
     g.add_argument("--preset", help="a named command from the model card")
-    g.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="server port (default 8000)")
+    g.add_argument("--server-port", type=port_number, dest="server_port", metavar="PORT",
+                   help=f"the vLLM server's port (default {DEFAULT_PORT})")
+    if port == "same":
+        g.add_argument("--port", type=port_number, dest="server_port", metavar="PORT", help="same as --server-port")
+    elif port == "deprecated":
+        g.add_argument("--port", type=port_number, dest="server_port", action=DeprecatedSpelling,
+                       new="--server-port", help=argparse.SUPPRESS)
     g.add_argument("--served-model-name", help="the name clients use as `model`")
     g.add_argument("--max-model-len", type=at_least(1), help="longest context a request may use")
     g.add_argument("--head-address", metavar="IP",
@@ -44,7 +54,8 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
                    help="multi-node: the interconnect's network interface, e.g. enp1s0f1np1 "
                    "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME; `ip -br addr` lists them)")
     g.add_argument("--extra", action="append", default=[], metavar='"FLAGS"',
-                   help="extra vllm serve flags, last and winning (may repeat); "
+                   help="extra vllm serve flags, last and winning (may repeat); split like shell words, so "
+                   "JSON needs single quotes inside: --extra \"--speculative-config '{\\\"method\\\": ...}'\"; "
                    "a single flag needs the = form: --extra=--enforce-eager")
 
 
@@ -55,6 +66,7 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         hw = (detect or hardware.detect)()
     if args.nodes is not None and args.nodes < 1:
         raise SelectionError(f"--nodes must be at least 1, got {args.nodes}")
+    check_extra_quoting(args.extra or [])
     return Selection(
         recipe=args.recipe,
         hardware=hw,
@@ -63,7 +75,7 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         nodes=args.nodes,
         features=args.features,
         spec=args.spec,
-        port=args.port,
+        port=args.server_port or DEFAULT_PORT,
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
         extra=list(args.extra or []),

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from workbench import server
-from workbench.cli.checks import at_least, port_number, positive_float
+from workbench.cli.checks import DeprecatedSpelling, at_least, port_number, positive_float, refuse_with_attach
 from workbench.cli.serve_nodes import add_node_arguments, has_live_workers, node_lines, serve_nodes_command
 from workbench.errors import LaunchError
 from workbench.server.ports import check_listen_address
@@ -33,9 +33,9 @@ def register(subparsers: Any) -> None:
         "phases and the base URL when it is ready. Without --keep the server stops when this "
         "command ends (Ctrl-C).",
     )
-    add_selection_arguments(p)
+    add_selection_arguments(p, port="same")
     how = p.add_argument_group("how to run it")
-    how.add_argument("--mode", choices=("auto", "local", "docker"), default="auto",
+    how.add_argument("--mode", choices=("auto", "local", "docker"),
                      help="local: vllm from this environment; docker: the plan's docker run "
                      "(default: local when vLLM is installed, else docker)")
     how.add_argument("--python", metavar="PATH",
@@ -56,7 +56,10 @@ def register(subparsers: Any) -> None:
     s.set_defaults(func=status_command)
 
     t = subparsers.add_parser("stop", help="stop the server(s) the workbench started")
-    t.add_argument("--port", type=port_number, help="only the server on this port")
+    t.add_argument("--server-port", type=port_number, dest="server_port", metavar="PORT",
+                   help="only the server on this port")
+    t.add_argument("--port", type=port_number, dest="server_port", action=DeprecatedSpelling, new="--server-port",
+                   help=argparse.SUPPRESS)
     t.add_argument("--timeout", type=positive_float, default=server.STOP_TIMEOUT_S,
                    help="seconds between SIGTERM and SIGKILL (default %(default).0f)")
     t.set_defaults(func=stop_command)
@@ -85,6 +88,8 @@ def _servers() -> list[server.ServerProcess]:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    refuse_with_attach(args, {"server_port": "--server-port", "mode": "--mode", "python": "--python",
+                              "host": "--host", "workers": "--workers"})
     if args.attach:
         handle = server.attach(args.attach, api_key=args.api_key)
         print(f"Attached to {handle.base_url} (model {handle.model}).")
@@ -105,14 +110,14 @@ def serve_command(args: argparse.Namespace) -> int:
     exit_on_signals()  # SIGTERM/SIGHUP: SystemExit, so the atexit handler stops the server
     if args.workers:
         return serve_nodes_command(args, plan, print_event)
-    handle = server.launch(plan, mode=args.mode, python=args.python, host=args.host,
+    handle = server.launch(plan, mode=args.mode or "auto", python=args.python, host=args.host,
                            on_event=print_event, progress=print, stop_at_exit=not args.keep)
     print(f"Log: {handle.log_path}", flush=True)
     handle.wait_ready(args.timeout)
     print(f"Ready in {handle.time_to_ready_s:.1f} s: {handle.base_url}  (OpenAI base URL {handle.openai_base_url}, "
           f"model {handle.model})", flush=True)
     if args.keep:
-        print(f"Left running (pid {handle.pid}); stop it with: python -m workbench stop --port {handle.port}")
+        print(f"Left running (pid {handle.pid}); stop it with: python -m workbench stop --server-port {handle.port}")
         return 0
     print("Serving until Ctrl-C (or run with --keep to leave it running).", flush=True)
     while handle.status is server.Status.READY:
@@ -154,10 +159,10 @@ def status_command(args: argparse.Namespace) -> int:
 
 def stop_command(args: argparse.Namespace) -> int:
     targets = [h for h in _servers()
-               if (args.port is None or h.port == args.port) and h.status is not server.Status.STOPPED]
+               if (args.server_port is None or h.port == args.server_port) and h.status is not server.Status.STOPPED]
     targets = [h for h in targets if h.is_alive() or h.mode == "attach" or has_live_workers(h)]
     if not targets:
-        where = f" on port {args.port}" if args.port else ""
+        where = f" on port {args.server_port}" if args.server_port else ""
         print(f"No server started by the workbench is running{where}.")
         return 1
     for h in targets:

@@ -47,7 +47,7 @@ def serve_nodes_command(args: argparse.Namespace, plan: Any, print_event: Any) -
           f"{', '.join(cluster.engines_seen)} reporting; {head.base_url}  (OpenAI base URL {head.openai_base_url}, "
           f"model {head.model})", flush=True)
     if args.keep:
-        print(f"Left running; stop every node with: python -m workbench stop --port {head.port}")
+        print(f"Left running; stop every node with: python -m workbench stop --server-port {head.port}")
         return 0
     print("Serving until Ctrl-C (or run with --keep to leave it running).", flush=True)
     while cluster.status is Status.READY:

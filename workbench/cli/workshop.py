@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any
 
-from workbench.cli.checks import at_least, port_number
+from workbench.cli.checks import DeprecatedSpelling, at_least, port_number, refuse_with_attach
 from workbench.workshop.settings import PRESENTER_AUTH_ENV, ROOM_CODE_ENV
 
 __all__ = ["register", "workshop_command"]
@@ -33,14 +33,17 @@ def register(subparsers: Any) -> None:
                    help=f"the presenter's login for /presenter (or env {PRESENTER_AUTH_ENV})")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1; another needs the room code and the presenter login)")
-    p.add_argument("--app-port", type=port_number, default=7860, help="the workshop's port (default 7860)")
+    p.add_argument("--port", type=port_number, default=7860, help="the workshop's own port (default 7860); "
+                   "the vLLM server's is --server-port")
+    p.add_argument("--app-port", type=port_number, dest="port", action=DeprecatedSpelling, new="--port",
+                   help=argparse.SUPPRESS)
     p.add_argument("--attach", metavar="URL", help="chat with a server started elsewhere")
     p.add_argument("--api-key", help="API key of the attached server")
     p.add_argument("--max-tokens", type=at_least(1), default=1024, help="each attendee request's max_tokens cap")
     p.add_argument("--state-dir", help="where server state and logs are kept")
     p.add_argument("--check", action="store_true", help="run the day-of checks for the plan and exit")
     p.add_argument("--download", action="store_true", help="download the plan's weights into the HF cache and exit")
-    add_selection_arguments(p)
+    add_selection_arguments(p, port=None)
     p.set_defaults(func=workshop_command)
 
 
@@ -63,7 +66,8 @@ def _print_checks(checks: list[Any]) -> int:
 def workshop_command(args: argparse.Namespace) -> int:
     from workbench.workshop import settings_from
 
-    settings = settings_from(args.host, args.app_port, args.room_code, args.presenter_auth)
+    refuse_with_attach(args, {"server_port": "--server-port"})
+    settings = settings_from(args.host, args.port, args.room_code, args.presenter_auth)
     if args.check or args.download:
         from workbench.server import find_running
         from workbench.server.preflight import day_of_checks, download_weights, warm_up_check

@@ -106,7 +106,7 @@ class NotebookServer:
         elif keep:
             self.handle.keep()
             message = (f"Left running for the next notebook ({KEEP_SERVER_ENV}=1): {self.base_url}. "
-                       f"Stop it with: python -m workbench stop --port {self.handle.port}")
+                       f"Stop it with: python -m workbench stop --server-port {self.handle.port}")
         else:
             result = self.handle.stop()
             message = f"Stopped the server this notebook started ({result.stage.value} in {result.seconds:.1f} s)."

@@ -441,7 +441,9 @@ def load_cluster(head: ServerProcess) -> Cluster | None:
         return None
     try:
         nodes = [NodeProcess(n) for n in record["nodes"]]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("%s does not check out (%s: %s); the workers are not known", head.state_dir / CLUSTER_FILE,
+                    exc.__class__.__name__, exc)
         return None
     cluster = Cluster(head, nodes, record)
     for node in nodes:  # not supervised here: work the status out from the process table

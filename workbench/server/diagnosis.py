@@ -16,6 +16,7 @@ too: the diagnosis then names the issue, its change and its source
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 from collections.abc import Callable, Iterable, Mapping
@@ -49,6 +50,8 @@ Cause = Literal[
     "wrong_interface",
     "vllm_version_mismatch",
 ]
+
+log = logging.getLogger("workbench.server")
 
 TAIL_LINES = 40
 
@@ -135,7 +138,7 @@ RULES: tuple[Rule, ...] = (
         r"\[Errno 98\] (?:error while attempting to bind on address .*: )?[Aa]ddress already in use",
         "The port is already taken by another process, so vLLM could not listen on it.",
         "Stop the process holding the port (python -m workbench status shows servers the "
-        "workbench started) or choose another port with --port.",
+        "workbench started) or choose another port with --server-port.",
     ),
     _rule(
         "missing_dependency",
@@ -279,8 +282,9 @@ def known_issues_for_plan(plan: Mapping[str, Any] | None) -> list[KnownIssue]:
         from workbench.recipes import load_catalog
 
         issues += known_issue_entries(load_catalog().recipe(str(plan.get("recipe_id"))))
-    except Exception:  # noqa: BLE001 - a broken recipe folder must not hide the diagnosis
-        pass
+    except Exception as exc:  # noqa: BLE001 - a broken recipe folder must not hide the diagnosis
+        log.warning("known issues of recipe %s not read (%s: %s); diagnosing without them",
+                    plan.get("recipe_id"), exc.__class__.__name__, exc)
     return issues
 
 

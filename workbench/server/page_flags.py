@@ -16,6 +16,7 @@ kept in ~/.cache/nemotron-workbench/vllm-flags/.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 from collections.abc import Callable, Sequence
@@ -25,6 +26,8 @@ from pathlib import Path
 
 from workbench.errors import InputError
 from workbench.server.command import vllm_executable
+
+log = logging.getLogger("workbench.server")
 
 __all__ = ["PAGE_FLAGS", "REFUSED", "VllmFlag", "check_page_flags", "page_flag_problems", "parse_help",
            "vllm_flag_table"]
@@ -151,7 +154,8 @@ def vllm_flag_table(*, executable: str | None = None, cache: Path | None = None,
         try:
             out = subprocess.run([exe, "serve", "--help=all"], capture_output=True, text=True, timeout=180,
                                  stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("`%s serve --help=all` failed (%s); flags are not checked against vLLM", exe, exc)
             return None
         table = parse_help(out.stdout)
         if "--max-model-len" not in table:
