@@ -55,9 +55,10 @@ Mode = Literal["one", "several", "reasoning", "role-first"]
 #   wrong-shape   a chunk whose `choices` is a string
 #   http-500      the request answered 500 with an error body
 #   bad-models    GET /v1/models answers HTML
+#   no-models     GET /v1/models answers an empty list (a gateway with nothing configured)
 #   bad-metrics   GET /metrics answers JSON (as trtllm-serve's does)
 #   die           the server process exits while streaming the fault_every-th request
-FAULTS = ("bad-sse", "wrong-shape", "http-500", "bad-models", "bad-metrics", "die")
+FAULTS = ("bad-sse", "wrong-shape", "http-500", "bad-models", "no-models", "bad-metrics", "die")
 TEMPLATE_TOKENS = 10
 MODEL = "fixed-rate"
 MAX_MODEL_LEN = 4096
@@ -247,6 +248,8 @@ class FixedRateServer:
                     self._json(writer, {"count": count, "max_model_len": MAX_MODEL_LEN, "tokens": list(range(count))})
                 elif method == "GET" and path == "/v1/models" and self.fault == "bad-models":
                     self._send(writer, 200, "text/html", b"<html><body>a proxy's login page</body></html>")
+                elif method == "GET" and path == "/v1/models" and self.fault == "no-models":
+                    self._json(writer, {"object": "list", "data": []})
                 elif method == "GET" and path == "/health":
                     self._send(writer, 200, "application/json", b"{}")
                 elif method == "GET" and path == "/v1/models":
