@@ -118,10 +118,11 @@ class ProcessGroup:
         if self.popen is not None:
             self.popen.poll()  # reap the leader if it exited
         pids = []
-        for proc in psutil.process_iter():
+        for pid in psutil.pids():
             try:
-                if os.getpgid(proc.pid) == self.pgid and _live(proc):
-                    pids.append(proc.pid)
+                # getpgid is one system call; the process's state is read only for members.
+                if os.getpgid(pid) == self.pgid and _live(psutil.Process(pid)):
+                    pids.append(pid)
             except (OSError, psutil.Error):
                 continue  # exited while we looked
         return sorted(pids)
