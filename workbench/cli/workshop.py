@@ -74,7 +74,7 @@ def workshop_command(args: argparse.Namespace) -> int:
 
         plan = _plan(args)
         if args.download:
-            download_weights(plan.model_id)
+            download_weights(plan.model_id, progress=print)
             return 0
         checks = day_of_checks(plan)
         running = find_running(args.state_dir)

@@ -6,6 +6,7 @@ Each check reports what it found and what to do when it fails; none raises.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import subprocess
@@ -179,9 +180,12 @@ def weights_check(model_id: str, *, cache_dir: Path | None = None) -> Environmen
                             f"{model_id} is only partly in {cache} ({present} of {expected or '?'} weight files)", fix)
 
 
-def download_weights(model_id: str, *, progress: Callable[[str], None] = print, cache_dir: Path | None = None) -> Path:
-    """Download the model into the Hugging Face cache with huggingface_hub, reporting progress;
-    a LaunchError says what to do when it cannot (offline, no access, no space)."""
+def download_weights(model_id: str, *, progress: Callable[[str], None] | None = None,
+                     cache_dir: Path | None = None) -> Path:
+    """Download the model into the Hugging Face cache with huggingface_hub, reporting progress
+    (default: the `workbench.server` logger); a LaunchError says what to do when it cannot
+    (offline, no access, no space)."""
+    say = progress or logging.getLogger("workbench.server").info
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     from tqdm.auto import tqdm
@@ -200,10 +204,10 @@ def download_weights(model_id: str, *, progress: Callable[[str], None] = print, 
                 tenth = int(10 * self.n / self.total)
                 if tenth != self._told:
                     self._told = tenth
-                    progress(f"{model_id}: {self.n / 1e9:.1f} of {self.total / 1e9:.1f} GB")
+                    say(f"{model_id}: {self.n / 1e9:.1f} of {self.total / 1e9:.1f} GB")
             return out
 
-    progress(f"Downloading {model_id} into {cache_dir or hf_cache_dir()} ...")
+    say(f"Downloading {model_id} into {cache_dir or hf_cache_dir()} ...")
     try:
         path = snapshot_download(model_id, cache_dir=cache_dir, tqdm_class=Reported)
     except LocalEntryNotFoundError as exc:
@@ -222,7 +226,7 @@ def download_weights(model_id: str, *, progress: Callable[[str], None] = print, 
         raise LaunchError(f"The Hugging Face Hub refused the download of {model_id}: {exc}",
                           hint="Log in with `hf auth login` if the model needs accepting its licence, "
                           "and check the model id.") from exc
-    progress(f"{model_id} is in the cache: {path}")
+    say(f"{model_id} is in the cache: {path}")
     return Path(path)
 
 
