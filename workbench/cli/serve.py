@@ -123,8 +123,9 @@ def serve_command(args: argparse.Namespace) -> int:
     while handle.status is server.Status.READY:
         time.sleep(1)
     if handle.status is server.Status.FAILED:
-        raise LaunchError(f"The server on port {handle.port} stopped: {handle.diagnosis.summary}",
-                          hint=f"{handle.diagnosis.fix}\nLog: {handle.log_path}")
+        why = handle.diagnosis
+        raise LaunchError(f"The server on port {handle.port} stopped: {why.summary if why else 'see its log'}",
+                          hint=f"{why.fix if why else 'Read the log.'}\nLog: {handle.log_path}")
     return 0
 
 

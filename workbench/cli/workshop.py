@@ -111,6 +111,8 @@ def workshop_command(args: argparse.Namespace) -> int:
 
         def warm_when_ready() -> None:
             handle = slot.handle
+            if handle is None:  # stopped from the Room tab before it was ready
+                return
             try:
                 handle.wait_ready()
             except Exception as exc:  # the Server tab shows the diagnosis

@@ -33,16 +33,25 @@ CONTAINER_PORT = 8000  # vLLM's default port inside the official images
 
 
 class PlanLike(Protocol):
-    """What the launcher reads from workbench.recipes.LaunchPlan."""
+    """What the launcher reads from workbench.recipes.LaunchPlan (read-only, so a plan whose
+    fields are narrower, e.g. `engine: Literal["vllm", "trtllm"]`, fits)."""
 
-    argv: list[str]
-    env: dict[str, str]
-    docker_argv: list[str]
-    port: int
-    hardware: str
-    engine: str
-    local_build: str | None
-    served_model_name: str
+    @property
+    def argv(self) -> list[str]: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def docker_argv(self) -> list[str]: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def hardware(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def local_build(self) -> str | None: ...
+    @property
+    def served_model_name(self) -> str: ...
 
     def to_dict(self) -> dict[str, Any]: ...
 
