@@ -231,7 +231,9 @@ class Cluster:
 
     # -- supervision ------------------------------------------------------------
 
-    def _start_watcher(self) -> None:
+    def supervise(self) -> None:
+        """Record the deployment and follow it live from this process (launch_cluster calls it)."""
+        self._save()
         _LIVE[str(self.head.run_id)] = self
         self._watcher = threading.Thread(target=self._watch, name=f"cluster-watch-{self.head.port}", daemon=True)
         self._watcher.start()
@@ -411,8 +413,7 @@ def launch_cluster(
     info = command.to_dict()
     cluster = Cluster(head, nodes, info)
     head.runtime = ClusterHead(head.runtime, cluster.stop_workers)  # the head's stop stops the workers too
-    cluster._save()
-    cluster._start_watcher()
+    cluster.supervise()
     return cluster
 
 
