@@ -103,7 +103,6 @@ def find_running(state_dir: Path | str | None = None) -> ServerProcess | None:
     return None
 
 
-
 def resolve_server_url(url: str | None, state_dir: Path | str | None = None) -> str:
     """`url` normalised, else the base URL of the server the workbench runs here.
 
