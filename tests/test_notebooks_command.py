@@ -12,39 +12,25 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from workbench.cli.notebooks import jupyter_lab_argv
+from workbench.server.process import ProcessGroup
 from workbench.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _group_alive(pgid: int) -> list[int]:
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rfind(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                alive.append(int(entry.name))
-    return alive
+    return ProcessGroup(pgid).members()
 
 
 def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(text[text.rfind(")") + 2:].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def test_the_token_is_not_on_argv_and_news_is_off():
