@@ -1,0 +1,243 @@
+"""GPU telemetry: NVML's raw answers recorded on a real H200 replayed through the same parsing.
+
+The recordings (tests/fixtures/nvidia-h200-telemetry/, made by benchmarks/gpu_probe.py
+on one H200 while a bf16 matmul loop loaded it; tests/fixtures/nvidia-h200-nvml/, an
+earlier session's) hold what NVML and nvidia-smi returned; nothing here is invented
+except the GB10 cases, which are built from the documented "Not Supported" answer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.server.hardware import detect_hardware
+from workbench.telemetry import (
+    MEMORY_UNIFIED, GpuPoller, GpuReading, GpuSource, RecordedNvml, format_gpu_table, summarize_readings,
+)
+from workbench.telemetry.nvml import NvmlFieldUnavailable, NvmlUnavailable, record_nvml, throttle_reason_names
+from workbench.telemetry.smi import SMI_QUERY_ARGS, parse_smi_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures" / "nvidia-h200-telemetry"
+OLD = ROOT / "tests" / "fixtures" / "nvidia-h200-nvml"
+RECORDING = json.loads((FIX / "nvml-recording.json").read_text())
+PHASES = RECORDING["phases"]
+MEMINFO_SPARK = "MemTotal:       127535352 kB\nMemFree:        60000000 kB\nMemAvailable:   100000000 kB\n"
+
+
+def replay(recording: dict) -> GpuSource:
+    return GpuSource(nvml=lambda: RecordedNvml(recording), which=lambda name: None)
+
+
+def readings(phase: str) -> list[GpuReading]:
+    out = []
+    for recording in PHASES[phase]:
+        r = replay(recording).read()
+        out.append(GpuReading(recording["taken_at"], r.source, r.gpus, r.driver_version))
+    return out
+
+
+def test_idle_h200_reads_as_nvidia_smi_shows_it():
+    [gpu] = readings("idle")[0].gpus
+    assert gpu.name == "NVIDIA H200" and gpu.compute_capability == "9.0"
+    assert gpu.utilization_pct == 0 and gpu.sm_clock_mhz == 345 and gpu.throttle_reasons == ("gpu_idle",)
+    assert gpu.power_limit_w == 700.0 and 60 < gpu.power_w < 130
+    # nvidia-smi -q of the same GPU: Total 143771 MiB.
+    assert gpu.memory_total_bytes == 143771 * 1024 * 1024
+    assert "Total                                          : 143771 MiB" in (FIX / "nvidia-smi-q.txt").read_text()
+
+
+def test_load_reads_full_utilization_near_the_power_limit_and_the_power_cap():
+    load = readings("load")
+    assert len(load) >= 10
+    settled = load[len(load) // 2:]
+    for reading in settled:
+        [g] = reading.gpus
+        assert g.utilization_pct == 100
+        assert g.power_pct_of_limit > 93, g  # ~690 of 700 W
+        assert "sw_power_cap" in g.throttle_reasons and g.sm_clock_mhz > 1000
+    # and the idle state after the load stopped
+    [last] = readings("after")[-1].gpus
+    assert last.utilization_pct == 0 and last.power_w < 130 and last.throttle_reasons == ("gpu_idle",)
+
+
+def test_the_table_shows_the_load_and_matches_the_live_tables_layout():
+    [reading] = readings("load")[-1:]
+    table = format_gpu_table(reading)
+    assert "via nvml" in table and "NVIDIA H200  100 %" in table and "/ 700 W" in table and "sw_power_cap" in table
+    live = (FIX / "live-table.txt").read_text()
+    header = table.splitlines()[1].split()
+    assert header == next(ln for ln in live.splitlines() if ln.strip().startswith("GPU  name")).split()
+
+
+def test_the_recorded_live_table_saw_the_load_within_a_second():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_probe import table_blocks
+
+    import datetime as dt
+    started = RECORDING["load"]["started"]
+    day = dt.datetime.fromtimestamp(started, dt.timezone.utc)  # the H200 ran on UTC
+    start_s = day.hour * 3600 + day.minute * 60 + day.second + day.microsecond / 1e6
+    blocks = table_blocks((FIX / "live-table.txt").read_text())
+    busy = [b for b in blocks if b[0] >= start_s and b[1] >= 90]
+    assert busy and busy[0][0] - start_s < 1.0
+    assert max(b[2] for b in busy) > 650 and blocks[-1][1] == 0 and blocks[-1][2] < 130
+
+
+def test_gpu_once_json_printed_on_the_h200_is_a_reading():
+    reading = GpuReading.from_dict(json.loads((FIX / "gpu-once-idle.json").read_text()))
+    assert reading.source == "nvml" and reading.driver_version == "580.159.04"
+    assert reading.gpus[0].name == "NVIDIA H200" and "NVIDIA H200  0 %" in format_gpu_table(reading)
+
+
+def test_the_earlier_sessions_recording_replays_too():
+    samples = [s for s in json.loads((OLD / "nvml.json").read_text())["samples"] if s.get("phase") == "load"]
+    for s in samples[-3:]:
+        recording = {"driver_version": s["driver"], "devices": [{
+            "name": s["name"], "memory": {"unavailable": "not recorded"},
+            "utilization": {"gpu": s["util"][0], "memory": s["util"][1]}, "power_mw": s["power_mw"],
+            "power_limit_mw": s["power_limit_mw"], "sm_clock_mhz": s["sm_clock"], "temperature_c": s["temp"],
+            "compute_capability": s["cc"]}]}
+        [g] = replay(recording).read().gpus
+        assert g.utilization_pct == 100 and g.power_w > 600 and g.memory_total_bytes is None
+        assert "not reported" in format_gpu_table(replay(recording).read())
+
+
+def test_nvidia_smi_fallback_parses_the_recorded_csv():
+    [idle], driver = parse_smi_csv((FIX / "smi-query-idle.csv").read_text())
+    assert driver == "580.159.04" and idle.sm_clock_mhz == 345 and idle.power_limit_w == 700.0
+    assert idle.memory_total_bytes == 143771 * 1024 * 1024 and idle.memory_used_bytes == 0
+    [load], _ = parse_smi_csv((FIX / "smi-query-load.csv").read_text())
+    assert load.utilization_pct > 0 and load.power_w > idle.power_w and load.sm_clock_mhz > 1000
+    # the earlier recording's header names (with units) parse the same way
+    [old], _ = parse_smi_csv((OLD / "query-gpu-idle.csv").read_text())
+    assert old.name == "NVIDIA H200" and old.temperature_c == 38 and old.sm_clock_mhz == 375
+
+
+def test_source_falls_back_to_nvidia_smi_then_says_no_gpu(tmp_path):
+    def no_nvml():
+        raise NvmlUnavailable("NVML did not start: NVML Shared Library Not Found")
+
+    seen = []
+
+    def runner(argv):
+        seen.append(argv)
+        return (FIX / "smi-query-idle.csv").read_text()
+
+    reading = GpuSource(nvml=no_nvml, runner=runner).read()
+    assert seen == [SMI_QUERY_ARGS] and reading.source == "nvidia-smi" and reading.gpus[0].name == "NVIDIA H200"
+    assert "NVML" in reading.notes[0]
+    none = GpuSource(nvml=no_nvml, which=lambda name: None).read()
+    assert none.source == "none" and not none.gpus and "nvidia-smi was not found" in none.reason
+    assert format_gpu_table(none).endswith(f"no NVIDIA GPU on this machine ({none.reason})")
+
+    def failing(argv):
+        raise subprocess.CalledProcessError(9, argv)
+    assert "nvidia-smi failed" in GpuSource(nvml=no_nvml, runner=failing).read().reason
+
+
+def test_unified_memory_comes_from_meminfo_labelled(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(MEMINFO_SPARK)
+    gb10 = {"driver_version": "580.95.05", "devices": [{
+        "name": "NVIDIA GB10", "memory": {"unavailable": "Not Supported"}, "utilization": {"gpu": 37, "memory": 0},
+        "power_mw": 31000, "power_limit_mw": {"unavailable": "Not Supported"}, "compute_capability": [12, 1]}]}
+    reading = GpuSource(nvml=lambda: RecordedNvml(gb10), meminfo=meminfo).read()
+    [g] = reading.gpus
+    assert g.memory_source == MEMORY_UNIFIED and g.memory_total_bytes == 127535352 * 1024
+    assert g.memory_used_bytes == (127535352 - 100000000) * 1024 and g.power_limit_w is None
+    assert "(unified, /proc/meminfo)" in format_gpu_table(reading) and "31 W" in format_gpu_table(reading)
+    detection = detect_hardware(source=GpuSource(nvml=lambda: RecordedNvml(gb10), meminfo=meminfo), meminfo=meminfo)
+    assert detection.hardware_id == "dgx_spark_gb10" and detection.source == "nvml" and detection.memory_gb > 100
+    [smi], _ = parse_smi_csv("index, name, memory.used [MiB], memory.total [MiB]\n0, NVIDIA GB10, [N/A], [N/A]\n",
+                             MEMINFO_SPARK)
+    assert smi.memory_source == MEMORY_UNIFIED and smi.memory_total_bytes == 127535352 * 1024
+
+
+def test_hardware_detection_names_the_h200_from_nvml():
+    detection = detect_hardware(source=replay(PHASES["idle"][0]))
+    assert detection.hardware_id == "h200" and detection.source == "nvml"
+    assert detection.gpus[0].memory_mib == 143771 and round(detection.memory_gb, 1) == 150.8
+    # what the detection printed on the H200 itself
+    report = (FIX / "probe-report.txt").read_text()
+    assert "=== hardware detection ===\nh200 | nvml | 1x NVIDIA H200" in report
+
+
+def test_a_span_sums_up_utilization_power_and_energy():
+    every = readings("idle") + readings("load") + readings("after")
+    start, stop = RECORDING["load"]["started"], RECORDING["load"]["stopped"]
+    figures = summarize_readings(every, start, stop)
+    [span] = figures.gpus
+    inside = [r for r in every if start <= r.taken_at <= stop]
+    assert span.samples == len(inside)
+    powers = [(r.taken_at, r.gpus[0].power_w) for r in inside]
+    expected = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(powers, powers[1:]))
+    assert figures.energy_j == pytest.approx(expected)
+    assert 500 < figures.mean_power_w <= 700 and figures.mean_utilization_pct > 90
+    assert figures.tokens_per_joule(1000) == pytest.approx(1000 / expected)
+    nothing = summarize_readings([GpuReading(1.0, "none", reason="no NVIDIA GPU here")], 0, 2)
+    assert nothing.source == "none" and nothing.energy_j is None and nothing.tokens_per_joule(10) is None
+
+
+def test_poller_keeps_a_bounded_series():
+    frames = iter(PHASES["load"])
+    source = GpuSource(nvml=lambda: RecordedNvml(next(frames)))
+    poller = GpuPoller(source, interval=0.05, history=3)
+    for _ in range(5):
+        poller.sample_once()
+    assert len(poller.readings()) == 3 and poller.latest is poller.readings()[-1]
+    rows = poller.series_rows()
+    assert rows[0]["gpu"] == "GPU0" and rows[0]["power_w"] is not None
+
+
+def test_recording_round_trips_and_reasons_decode():
+    recording = PHASES["load"][-1]
+    again = record_nvml(RecordedNvml(recording))
+    assert again["devices"] == recording["devices"]
+    assert throttle_reason_names(0x4 | 0x40) == ("sw_power_cap", "hw_thermal_slowdown")
+    with pytest.raises(NvmlFieldUnavailable):
+        RecordedNvml({"driver_version": "x", "devices": [{}]}).read(0, "power_mw")
+
+
+HEAVY = ("gradio", "ipywidgets", "jupyterlab", "jupyter_server", "IPython", "vllm", "torch", "openai", "aiohttp",
+         "httpx", "yaml")
+
+
+def test_gpu_command_here_says_there_is_no_nvidia_gpu_and_imports_only_the_core():
+    code = (
+        "import runpy, sys, json\n"
+        "sys.argv = ['workbench', 'gpu', '--once', '--json']\n"
+        "try:\n    runpy.run_module('workbench', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    printed, heavy = done.stdout.strip().splitlines()
+    assert json.loads(heavy) == []
+    reading = json.loads(printed)
+    if reading["gpus"]:  # pragma: no cover - a machine with a GPU
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert reading["source"] == "none" and reading["reason"]
+    table = subprocess.run([sys.executable, "-m", "workbench", "gpu"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+    assert table.returncode == 0 and "no NVIDIA GPU on this machine" in table.stdout
+
+
+def test_gpu_command_runs_where_gradio_and_jupyter_cannot_be_imported(tmp_path):
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(
+        "import sys\nclass Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {HEAVY!r}:\n"
+        "            raise ImportError(f'{name} is not installed on this GPU box')\n"
+        "sys.meta_path.insert(0, Block())\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "workbench", "gpu", "--once", "--json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "source" in json.loads(done.stdout)
