@@ -241,3 +241,18 @@ def test_gpu_command_runs_where_gradio_and_jupyter_cannot_be_imported(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "source" in json.loads(done.stdout)
+
+
+def test_day_of_memory_check_reads_the_same_source_and_counts_the_cuda_context():
+    from workbench.planner.gpu_overhead import CUDA_CONTEXT_BYTES
+    from workbench.server.preflight import memory_headroom_check
+
+    idle = replay(PHASES["idle"][0])
+    ok = memory_headroom_check(0.9, source=idle)
+    # NVML's memory info v1 (this recording) counts the driver's 615 MiB reserve as used
+    assert ok.status == "ok" and "GPU 0: 139.8 GiB free of 140.4 GiB" in ok.found and "CUDA context" in ok.found
+    # 0.995 of the GPU fits in what is free, but not with the context beside it
+    free = 143771 * 2**20 - PHASES["idle"][0]["devices"][0]["memory"]["used"]
+    assert 0.995 * 143771 * 2**20 < free < 0.995 * 143771 * 2**20 + CUDA_CONTEXT_BYTES
+    short = memory_headroom_check(0.995, source=idle)
+    assert short.status == "missing" and "--gpu-memory-utilization to 0.9" in short.fix

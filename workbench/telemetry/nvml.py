@@ -187,7 +187,7 @@ def sample_from_nvml(api: NvmlApi, index: int, meminfo: Callable[[], str | None]
     """One GPU's sample from NVML's raw answers. Where NVML says memory is "Not Supported"
     (unified memory: DGX Spark GB10), it comes from /proc/meminfo (`meminfo` reads its text), labelled so."""
     name = _optional(api, index, "name") or f"GPU {index}"
-    used = total = None
+    used = total = reserved = None
     source = MEMORY_DEVICE
     try:
         memory = api.read(index, "memory")
@@ -200,6 +200,7 @@ def sample_from_nvml(api: NvmlApi, index: int, meminfo: Callable[[], str | None]
             source = MEMORY_UNIFIED
     if memory and memory.get("total"):
         used, total = int(memory["used"]), int(memory["total"])
+        reserved = int(memory["reserved"]) if "reserved" in memory else None
     util = _optional(api, index, "utilization")
     power = _optional(api, index, "power_mw")
     limit = _optional(api, index, "power_limit_mw")
@@ -208,7 +209,7 @@ def sample_from_nvml(api: NvmlApi, index: int, meminfo: Callable[[], str | None]
     return GpuSample(
         index=index, name=name,
         utilization_pct=float(util["gpu"]) if util is not None else None,
-        memory_used_bytes=used, memory_total_bytes=total, memory_source=source,
+        memory_used_bytes=used, memory_total_bytes=total, memory_source=source, memory_reserved_bytes=reserved,
         power_w=power / 1000 if power is not None else None,
         power_limit_w=limit / 1000 if limit is not None else None,
         sm_clock_mhz=_optional(api, index, "sm_clock_mhz"),

@@ -31,6 +31,8 @@ class GpuSample:
     memory_total_bytes: int | None = None
     # MEMORY_DEVICE, or MEMORY_UNIFIED where the GPU shares the CPU's memory (DGX Spark GB10).
     memory_source: str = MEMORY_DEVICE
+    # What the driver keeps for itself, outside "used" (NVML's memory info v2); None where not reported.
+    memory_reserved_bytes: int | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
     sm_clock_mhz: int | None = None
@@ -45,6 +47,13 @@ class GpuSample:
         if self.memory_used_bytes is None or not self.memory_total_bytes:
             return None
         return 100.0 * self.memory_used_bytes / self.memory_total_bytes
+
+    @property
+    def memory_free_bytes(self) -> int | None:
+        """What a new process can still allocate: total less used and the driver's reserve."""
+        if self.memory_used_bytes is None or self.memory_total_bytes is None:
+            return None
+        return self.memory_total_bytes - self.memory_used_bytes - (self.memory_reserved_bytes or 0)
 
     @property
     def power_pct_of_limit(self) -> float | None:
