@@ -256,3 +256,20 @@ def test_day_of_memory_check_reads_the_same_source_and_counts_the_cuda_context()
     assert 0.995 * 143771 * 2**20 < free < 0.995 * 143771 * 2**20 + CUDA_CONTEXT_BYTES
     short = memory_headroom_check(0.995, source=idle)
     assert short.status == "missing" and "--gpu-memory-utilization to 0.9" in short.fix
+
+
+def test_metrics_table_shows_the_gpus_beside_the_servers_figures():
+    from workbench.cli.metrics import format_table
+    from workbench.metrics.figures import derive_figures
+    from workbench.metrics.parse import parse_metrics
+
+    text = (ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu" / "metrics_idle.prom")
+    figures = derive_figures([parse_metrics(text.read_text(), 1000.0)])
+    loaded = format_table(figures, "http://127.0.0.1:8000/metrics", readings("load")[-1])
+    assert "  GPU0         util 100 %   power 6" in loaded and "(NVIDIA H200, nvml)" in loaded
+    none = format_table(figures, "http://127.0.0.1:8000/metrics", GpuSource(nvml=_no_nvml, which=lambda n: None).read())
+    assert "  GPU          no NVIDIA GPU on this machine (" in none
+
+
+def _no_nvml():
+    raise NvmlUnavailable("NVML did not start: NVML Shared Library Not Found")

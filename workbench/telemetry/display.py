@@ -6,7 +6,7 @@ from datetime import datetime
 
 from workbench.telemetry.sample import MEMORY_UNIFIED, NO_GPU, GpuReading, GpuSample
 
-__all__ = ["format_gpu_table", "gpu_rows"]
+__all__ = ["format_gpu_lines", "format_gpu_table", "gpu_rows"]
 
 _HEADER = ("GPU", "name", "util", "memory used / total", "power / limit", "SM clock", "temp", "throttle")
 
@@ -56,3 +56,16 @@ def format_gpu_table(reading: GpuReading, *, title: str = "GPU") -> str:
         lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     lines.extend(f"  note: {n}" for n in reading.notes)
     return "\n".join(lines)
+
+
+def format_gpu_lines(reading: GpuReading, *, label_width: int = 13) -> list[str]:
+    """One line per GPU for a larger table (`python -m workbench metrics`), or one saying there is none."""
+    if not reading.gpus:
+        why = f" ({reading.reason})" if reading.reason else ""
+        return ["  " + "GPU".ljust(label_width) + f"{NO_GPU} on this machine{why}"]
+    lines = []
+    for row in gpu_rows(reading):
+        index, name, util, memory, power, clock, temp, throttle = row
+        lines.append("  " + f"GPU{index}".ljust(label_width) + f"util {util}   power {power}   memory {memory}   "
+                     f"SM {clock}   {temp}   throttle {throttle}   ({name}, {reading.source})")
+    return lines
