@@ -19,7 +19,9 @@ from workbench.server.hardware import detect_hardware
 from workbench.telemetry import (
     MEMORY_UNIFIED, GpuPoller, GpuReading, GpuSource, RecordedNvml, format_gpu_table, summarize_readings,
 )
-from workbench.telemetry.nvml import NvmlFieldUnavailable, NvmlUnavailable, record_nvml, throttle_reason_names
+from workbench.telemetry.nvml import (
+    NvmlFieldUnavailable, NvmlUnavailable, RecordedSeries, record_nvml, throttle_reason_names,
+)
 from workbench.telemetry.smi import SMI_QUERY_ARGS, parse_smi_csv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,12 +187,14 @@ def test_a_span_sums_up_utilization_power_and_energy():
 
 
 def test_poller_keeps_a_bounded_series():
-    frames = iter(PHASES["load"])
-    source = GpuSource(nvml=lambda: RecordedNvml(next(frames)))
-    poller = GpuPoller(source, interval=0.05, history=3)
+    source = GpuSource(nvml=lambda: RecordedSeries(PHASES["idle"][:2] + PHASES["load"][-3:]))
+    poller = GpuPoller(source, interval=60, history=3)
     for _ in range(5):
         poller.sample_once()
     assert len(poller.readings()) == 3 and poller.latest is poller.readings()[-1]
+    # the three kept are the last three recorded: the GPU under load
+    assert [r.gpus[0].utilization_pct for r in poller.readings()] == [100, 100, 100]
+    assert poller.tick() is poller.latest  # read well inside the interval: no new read
     rows = poller.series_rows()
     assert rows[0]["gpu"] == "GPU0" and rows[0]["power_w"] is not None
 
@@ -273,3 +277,21 @@ def test_metrics_table_shows_the_gpus_beside_the_servers_figures():
 
 def _no_nvml():
     raise NvmlUnavailable("NVML did not start: NVML Shared Library Not Found")
+
+
+def test_throughput_tab_plots_one_series_per_gpu_and_says_when_there_is_none():
+    from workbench.ui.throughput_tab import gpu_frames, gpu_markdown
+
+    poller = GpuPoller(GpuSource(nvml=lambda: RecordedSeries(PHASES["load"][-4:])))
+    for _ in range(4):
+        poller.sample_once()
+    util, power = gpu_frames(poller)
+    assert list(util["series"].unique()) == ["GPU0 util %"] and len(util) == 4 and util["seconds"].max() == 0
+    assert set(power["series"]) == {"GPU0 W", "GPU0 limit W"} and power["value"].max() == 700.0
+    table = gpu_markdown(poller.latest)
+    assert "| 0 | NVIDIA H200 | 100 % |" in table and "via nvml, driver 580.159.04" in table
+    none = GpuSource(nvml=_no_nvml, which=lambda n: None).read()
+    assert gpu_markdown(none).startswith("**GPU** · no NVIDIA GPU on this machine (NVML did not start")
+    empty = GpuPoller(GpuSource(nvml=_no_nvml, which=lambda n: None))
+    empty.sample_once()
+    assert all(len(f) == 0 for f in gpu_frames(empty))

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from workbench.telemetry.sample import MEMORY_DEVICE, MEMORY_UNIFIED, GpuSample
 
-__all__ = ["FIELDS", "NvmlApi", "NvmlFieldUnavailable", "NvmlUnavailable", "PynvmlApi", "RecordedNvml",
+__all__ = ["FIELDS", "NvmlApi", "NvmlFieldUnavailable", "NvmlUnavailable", "PynvmlApi", "RecordedNvml", "RecordedSeries",
            "record_nvml", "sample_from_nvml", "throttle_reason_names"]
 
 log = logging.getLogger("workbench.telemetry")
@@ -159,6 +159,21 @@ class RecordedNvml:
         if isinstance(value, dict) and "unavailable" in value:
             raise NvmlFieldUnavailable(str(value["unavailable"]))
         return value
+
+
+class RecordedSeries(RecordedNvml):
+    """Replays recordings one after another: each reading (which starts by counting the
+    devices) answers from the next; the last one repeats."""
+
+    def __init__(self, recordings: Sequence[dict[str, Any]]) -> None:
+        super().__init__(recordings[0])
+        self._recordings = list(recordings)
+        self._next = 0
+
+    def device_count(self) -> int:
+        self.recording = self._recordings[min(self._next, len(self._recordings) - 1)]
+        self._next += 1
+        return super().device_count()
 
 
 def record_nvml(api: NvmlApi) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from workbench.telemetry.sample import GpuReading
 from workbench.telemetry.source import GpuSource
 
-__all__ = ["GpuPoller", "GpuRunFigures", "GpuSpan", "series_rows", "summarize_readings"]
+__all__ = ["GpuPoller", "GpuRunFigures", "GpuSpan", "series_rows", "shared_gpu_poller", "summarize_readings"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,14 @@ class GpuPoller:
             self._readings.append(reading)
         return reading
 
+    def tick(self) -> GpuReading:
+        """Read now if the newest reading is older than most of an interval (several views,
+        each on its own timer, share one series without multiplying the reads)."""
+        latest = self.latest
+        if latest is not None and time.time() - latest.taken_at < self.interval * 0.8:
+            return latest
+        return self.sample_once()
+
     @property
     def latest(self) -> GpuReading | None:
         with self._lock:
@@ -183,3 +191,16 @@ class GpuPoller:
             self.sample_once()
             next_at = max(next_at + self.interval, time.monotonic())
             self._stop.wait(next_at - time.monotonic())
+
+
+_shared: GpuPoller | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_gpu_poller() -> GpuPoller:
+    """One GPU series for the whole process (the web UI's tabs, the room), read on `tick()`."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = GpuPoller(interval=1.0, history=900)
+        return _shared
