@@ -295,3 +295,19 @@ def test_throughput_tab_plots_one_series_per_gpu_and_says_when_there_is_none():
     empty = GpuPoller(GpuSource(nvml=_no_nvml, which=lambda n: None))
     empty.sample_once()
     assert all(len(f) == 0 for f in gpu_frames(empty))
+
+
+def test_notebook_throughput_view_shows_each_gpu_with_its_history():
+    from workbench.notebook.throughput_view import ThroughputView
+
+    poller = GpuPoller(GpuSource(nvml=lambda: RecordedSeries(PHASES["idle"][-2:] + PHASES["load"][-2:])))
+    view = ThroughputView("http://127.0.0.1:9", gpus=poller)
+    for _ in range(4):
+        view.scrape()
+    view.poller.close()
+    html = view.gpu_table.value
+    assert "via nvml" in html and "NVIDIA H200" in html and "100 %" in html and "▁▁██" in html
+    bare = ThroughputView("http://127.0.0.1:9", gpus=GpuPoller(GpuSource(nvml=_no_nvml, which=lambda n: None)))
+    bare.scrape()
+    bare.poller.close()
+    assert bare.gpu_table.value.startswith("<b>GPU</b>: no NVIDIA GPU on this machine (NVML did not start")
