@@ -311,3 +311,12 @@ def test_notebook_throughput_view_shows_each_gpu_with_its_history():
     bare.scrape()
     bare.poller.close()
     assert bare.gpu_table.value.startswith("<b>GPU</b>: no NVIDIA GPU on this machine (NVML did not start")
+
+
+def test_room_strip_names_each_gpu_or_says_there_is_none():
+    from workbench.telemetry import format_gpu_strip
+
+    strip = format_gpu_strip(readings("load")[-1])
+    assert strip.startswith("GPU (this machine): GPU0 100 % · 6") and "/ 700 W" in strip and "sw_power_cap" in strip
+    none = format_gpu_strip(GpuSource(nvml=_no_nvml, which=lambda n: None).read())
+    assert none.startswith("GPU: no NVIDIA GPU on this machine (NVML did not start")

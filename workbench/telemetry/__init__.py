@@ -9,7 +9,7 @@ Imports only the standard library and, lazily, `pynvml`: `python -m workbench gp
 on a GPU box with the core dependencies alone.
 """
 
-from workbench.telemetry.display import format_gpu_lines, format_gpu_table, gpu_rows
+from workbench.telemetry.display import format_gpu_lines, format_gpu_strip, format_gpu_table, gpu_rows
 from workbench.telemetry.nvml import NvmlApi, NvmlUnavailable, PynvmlApi, RecordedNvml, record_nvml
 from workbench.telemetry.poller import (
     GpuPoller, GpuRunFigures, GpuSpan, series_rows, shared_gpu_poller, summarize_readings,
@@ -19,5 +19,5 @@ from workbench.telemetry.source import GpuSource, read_gpus
 
 __all__ = ["MEMORY_DEVICE", "MEMORY_UNIFIED", "NO_GPU", "GpuPoller", "GpuReading", "GpuRunFigures", "GpuSample",
            "GpuSource", "GpuSpan", "NvmlApi", "NvmlUnavailable", "PynvmlApi", "RecordedNvml", "format_gpu_lines",
-           "format_gpu_table",
+           "format_gpu_strip", "format_gpu_table",
            "gpu_rows", "read_gpus", "record_nvml", "series_rows", "shared_gpu_poller", "summarize_readings"]

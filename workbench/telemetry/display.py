@@ -6,7 +6,7 @@ from datetime import datetime
 
 from workbench.telemetry.sample import MEMORY_UNIFIED, NO_GPU, GpuReading, GpuSample
 
-__all__ = ["format_gpu_lines", "format_gpu_table", "gpu_rows"]
+__all__ = ["format_gpu_lines", "format_gpu_strip", "format_gpu_table", "gpu_rows"]
 
 _HEADER = ("GPU", "name", "util", "memory used / total", "power / limit", "SM clock", "temp", "throttle")
 
@@ -69,3 +69,12 @@ def format_gpu_lines(reading: GpuReading, *, label_width: int = 13) -> list[str]
         lines.append("  " + f"GPU{index}".ljust(label_width) + f"util {util}   power {power}   memory {memory}   "
                      f"SM {clock}   {temp}   throttle {throttle}   ({name}, {reading.source})")
     return lines
+
+
+def format_gpu_strip(reading: GpuReading) -> str:
+    """One line for a status strip (the workshop's Room tab): each GPU's utilization, power and memory."""
+    if not reading.gpus:
+        return f"GPU: {NO_GPU} on this machine" + (f" ({reading.reason})" if reading.reason else "")
+    parts = [f"GPU{index} {util} · {power} · {memory}" + (f" · {throttle}" if throttle != "-" else "")
+             for index, _name, util, memory, power, _clock, _temp, throttle in gpu_rows(reading)]
+    return "GPU (this machine): " + " | ".join(parts)
