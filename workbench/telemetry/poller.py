@@ -70,6 +70,26 @@ class GpuRunFigures:
         energy = self.energy_j
         return tokens / energy if energy else None
 
+    def describe(self, tokens: int | None = None) -> str:
+        """One line: the GPUs' means over the span (and tokens per joule), or plainly no NVIDIA GPU."""
+        if not self.gpus:
+            return f"GPU: no NVIDIA GPU ({self.reason})" if self.reason else "GPU: no NVIDIA GPU"
+        util, power, peak = self.mean_utilization_pct, self.mean_power_w, self.peak_memory_used_bytes
+        parts = [f"{len(self.gpus)} GPU{'s' if len(self.gpus) > 1 else ''} ({self.source})",
+                 "mean utilization " + ("not reported" if util is None else f"{util:.0f} %"),
+                 "mean power " + ("not reported" if power is None else f"{power:.0f} W"),
+                 "peak memory used " + ("not reported" if peak is None else f"{peak / 1e9:.1f} GB")]
+        if self.energy_j is not None:
+            parts.append(f"energy {self.energy_j:.0f} J")
+            if tokens:
+                parts.append(f"{tokens / self.energy_j:.2f} output tokens per joule")
+        return "GPU: " + ", ".join(parts)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuRunFigures:
+        return cls(float(data["start"]), float(data["end"]), str(data.get("source", "none")),
+                   tuple(GpuSpan(**g) for g in data.get("gpus", ())), str(data.get("reason", "")))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "start": self.start, "end": self.end, "source": self.source, "reason": self.reason,

@@ -37,11 +37,11 @@ class GpuSource:
     recording's replay); `runner` runs nvidia-smi (the fallback); `which` finds it."""
 
     def __init__(self, *, nvml: Callable[[], NvmlApi] | None = None, runner: Runner | None = None,
-                 which: Callable[[str], str | None] = shutil.which,
+                 which: Callable[[str], str | None] | None = None,
                  meminfo: Path = Path("/proc/meminfo")) -> None:
         self._open_nvml = nvml or PynvmlApi
         self._runner = runner
-        self._which = which
+        self._which = which or (lambda name: shutil.which(name))
         self._meminfo = meminfo
         self._api: NvmlApi | None = None
         self._nvml_problem: str | None = None
