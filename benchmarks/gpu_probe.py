@@ -65,9 +65,12 @@ r["after_context"] = {"free": free, "total": total, "nvml": nvml_used(), "proces
 x = torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device="cuda")
 free, _ = torch.cuda.mem_get_info(0)
 r["after_128mib"] = {"free": free, "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated()}
-a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-c = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+import sys
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+r["n"] = n
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
 torch.cuda.synchronize(); free, _ = torch.cuda.mem_get_info(0)
 r["after_operands"] = {"free": free, "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated()}
 torch.matmul(a, b, out=c); torch.cuda.synchronize(); free, _ = torch.cuda.mem_get_info(0)
@@ -125,6 +128,7 @@ def main() -> int:
                    "print('heavy modules imported:', sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"],
                   cwd=ROOT, env=env)
     section(report, "python -m workbench gpu --once --json (idle)", once + imported.splitlines()[-1])
+    section(report, "python -m workbench gpu --once (idle)", sh([py, "-m", "workbench", "gpu", "--once"], cwd=ROOT, env=env))
 
     # 2. hardware detection
     detection = sh([py, "-c", "from workbench.server.hardware import detect_hardware\n"
@@ -207,6 +211,30 @@ def main() -> int:
     ctx = sh([py, "-c", CONTEXT], env=env)
     (out / "context-cublas.json").write_text(ctx)
     section(report, "CUDA context and cuBLAS workspace (raw)", ctx)
+    derived = []
+    for n in (4096, 4096, 8192):  # again, fresh processes: is it the same each time, and for a larger matmul?
+        raw = sh([py, "-c", CONTEXT, str(n)], env=env)
+        try:
+            m = json.loads(raw)
+        except ValueError:
+            derived.append(f"n={n}: {raw.strip()[:300]}")
+            continue
+        ctx_b = m["after_context"]["total"] - m["after_context"]["free"]
+        cublas = m["after_operands"]["free"] - m["after_first_matmul"]["free"]
+        in_torch = m["after_first_matmul"]["reserved"] - m["after_operands"]["reserved"]
+        derived.append(f"n={n}: CUDA context {ctx_b:,} B; first cuBLAS matmul {cublas:,} B "
+                       f"({in_torch:,} B of it in torch's allocator)")
+    section(report, "CUDA context and cuBLAS workspace, repeated", "\n".join(derived))
+
+    # the nvidia-smi fallback on the real GPU (NVML made unavailable for this one source)
+    from workbench.telemetry import format_gpu_table
+    from workbench.telemetry.nvml import NvmlUnavailable
+
+    def refuse() -> PynvmlApi:
+        raise NvmlUnavailable("NVML refused for this check")
+
+    fallback = GpuSource(nvml=refuse).read()
+    section(report, "nvidia-smi fallback (NVML refused)", format_gpu_table(fallback))
 
     # 7. nvidia-smi -q (memory part printed)
     q = sh(["nvidia-smi", "-q"])
