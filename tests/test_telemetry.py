@@ -9,6 +9,7 @@ except the GB10 cases, which are built from the documented "Not Supported" answe
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -320,3 +321,39 @@ def test_room_strip_names_each_gpu_or_says_there_is_none():
     assert strip.startswith("GPU (this machine): GPU0 100 % · 6") and "/ 700 W" in strip and "sw_power_cap" in strip
     none = format_gpu_strip(GpuSource(nvml=_no_nvml, which=lambda n: None).read())
     assert none.startswith("GPU: no NVIDIA GPU on this machine (NVML did not start")
+
+
+# ── the second run: NVML memory info v2, the context measurement repeated, the fallback on the GPU ──
+
+FIX2 = ROOT / "tests" / "fixtures" / "nvidia-h200-telemetry-v2"
+RECORDING2 = json.loads((FIX2 / "nvml-recording.json").read_text())
+
+
+def test_memory_info_v2_keeps_the_drivers_reserve_apart_as_torch_sees_it():
+    [g] = replay(RECORDING2["phases"]["idle"][0]).read().gpus
+    measured = json.loads((FIX2 / "context-cublas.json").read_text())
+    assert g.memory_used_bytes == 0 and g.memory_reserved_bytes == 644_939_776
+    # what a new process can allocate is what torch reported free before its context
+    assert g.memory_free_bytes == measured["nvml_before_cuda"]["free"] == measured["after_context"]["total"]
+    from workbench.server.preflight import memory_headroom_check
+
+    check = memory_headroom_check(0.9, source=replay(RECORDING2["phases"]["idle"][0]))
+    assert check.status == "ok" and "GPU 0: 139.8 GiB free of 139.8 GiB; vLLM wants 125.8 GiB" in check.found
+    [loaded] = replay(RECORDING2["phases"]["load"][-1]).read().gpus
+    assert loaded.utilization_pct == 100 and loaded.power_pct_of_limit > 93 and loaded.memory_used_bytes > 1e9
+
+
+def test_the_second_run_saw_the_load_within_a_second_and_measured_the_same_overheads():
+    from workbench.planner.gpu_overhead import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+
+    report = (FIX2 / "probe-report.txt").read_text()
+    lag = float(re.search(r"utilization >= 90 %: ([\d.]+) s after the load began", report).group(1))
+    assert lag < 1.0
+    repeats = re.findall(r"n=(\d+): CUDA context ([\d,]+) B; first cuBLAS matmul ([\d,]+) B", report)
+    assert [n for n, _, _ in repeats] == ["4096", "4096", "8192"]
+    for _, ctx, cublas in repeats:
+        assert int(ctx.replace(",", "")) == CUDA_CONTEXT_BYTES and int(cublas.replace(",", "")) == CUBLAS_WORKSPACE_BYTES
+    # the nvidia-smi fallback on the real GPU, and the parse of what it printed
+    assert "via nvidia-smi" in report and "note: read with nvidia-smi: NVML refused for this check" in report
+    [idle], _ = parse_smi_csv((FIX2 / "smi-query-idle.csv").read_text())
+    assert idle.name == "NVIDIA H200" and idle.memory_used_bytes == 0 and idle.power_limit_w == 700.0
