@@ -41,6 +41,9 @@ def test_with_the_h200_recording_replayed_a_run_gets_its_gpu_figures_and_tokens_
     assert result.tokens_per_joule == pytest.approx(result.summary.output_tokens / gpu.energy_j)
     assert "GPU: 1 GPU (nvml), mean utilization 100 %" in format_result(result)
     assert "output tokens per joule" in format_result(result)
+    from workbench.notebook.bench_view import bench_table
+
+    assert "GPU: 1 GPU (nvml), mean utilization 100 %" in bench_table(result)
     again = BenchResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again.gpu == gpu and again.tokens_per_joule == result.tokens_per_joule
     paths = result.save(tmp_path)
@@ -58,5 +61,8 @@ def test_without_a_gpu_the_run_says_so(monkeypatch):
     assert result.gpu is not None and result.gpu.source == "none" and not result.gpu.gpus
     assert result.tokens_per_joule is None
     assert "GPU: no NVIDIA GPU (NVML did not start" in format_result(result)
+    from workbench.notebook.bench_view import bench_table
+
+    assert "GPU: no NVIDIA GPU (NVML did not start" in bench_table(result)
     row = result.to_dict()
     assert row["gpu"]["source"] == "none" and row["tokens_per_joule"] is None
