@@ -94,18 +94,6 @@ class GpuReading:
     def has_gpu(self) -> bool:
         return bool(self.gpus)
 
-    @property
-    def summary_line(self) -> str:
-        """One line for a status bar: the GPUs, or plainly that there are none."""
-        if not self.gpus:
-            return f"{NO_GPU}: {self.reason}" if self.reason else NO_GPU
-        parts = []
-        for g in self.gpus:
-            util = "?" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
-            power = "?" if g.power_w is None else f"{g.power_w:.0f} W"
-            parts.append(f"GPU{g.index} {util} {power}")
-        return "  ".join(parts)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "taken_at": self.taken_at,
