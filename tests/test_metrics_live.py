@@ -142,6 +142,14 @@ def test_metrics_command_draws_a_table_and_writes_csv(demo_server, tmp_path: Pat
     assert "(2 scrapes)" in done.stdout and "decode " in done.stdout
     assert "spec decode  acceptance not reported" in done.stdout
     assert "\x1b[" not in done.stdout  # not a terminal: no redraw codes
+    # the GPUs beside the server, read each scrape; on a machine without one, said plainly
+    from workbench.telemetry import read_gpus
+
+    here = read_gpus()
+    gpu_lines = [ln for ln in done.stdout.splitlines() if ln.startswith("  GPU")]
+    assert len(gpu_lines) == 3 * max(1, len(here.gpus))
+    if not here.gpus:
+        assert all("no NVIDIA GPU on this machine" in ln for ln in gpu_lines)
     rows = list(csv.DictReader(csv_path.open()))
     figures = json.loads(json_path.read_text())["figures"]
     assert len(rows) == 3 and len(figures) == 3

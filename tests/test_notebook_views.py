@@ -197,6 +197,9 @@ def test_throughput_view_scrapes_the_real_server(demo_server):
     assert "decode tok/s" in view.table.value and "KV cache used %" in view.table.value
     assert "not reported" in view.table.value  # no speculative decoding on this server
     assert view.poller.latest.generation_tokens is not None
+    # the GPUs beside the server: on a machine without one, said plainly
+    if not view.gpus.latest.gpus:
+        assert view.gpu_table.value.startswith("<b>GPU</b>: no NVIDIA GPU on this machine (")
 
 
 @pytest.mark.vllm

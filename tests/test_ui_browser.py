@@ -174,6 +174,10 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
         return m and float(m.group(1).replace(",", "")) > 1
     _wait_for(decode_rate, 60, "a live decode rate", page,
               artifacts_dir / "ui-throughput-timeout.png")
+    # the GPU beside the server, read on the same tick (on a machine without one, said plainly)
+    gpu_panel = page.locator("#gpu-figures")
+    shown = _wait_for(lambda: "waiting" not in gpu_panel.inner_text() and gpu_panel.inner_text(), 10, "the GPU panel")
+    assert re.search(r"no NVIDIA GPU on this machine|GPUs \(this machine, via", shown), shown
     points_before = len(page.locator("#plot-tokens").inner_html())
     time.sleep(3)
     page.screenshot(path=str(artifacts_dir / "ui-throughput.png"), full_page=True)

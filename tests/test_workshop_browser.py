@@ -80,6 +80,8 @@ def test_room_tab_shows_four_attendees_chatting(browser, room_url, artifacts_dir
                      and server_line.inner_text(), 30, "a non-zero decode rate", presenter,
                      artifacts_dir / "room-rate-timeout.png")
     assert "tok/s" in rate
+    # the GPU beside the server (on a machine without one, said plainly)
+    assert re.search(r"GPU: no NVIDIA GPU on this machine|GPU \(this machine\): GPU0", server_line.inner_text())
     presenter.screenshot(path=str(artifacts_dir / "workshop-room.png"), full_page=True)
     # Each attendee sees their own answer, and the message box was emptied on send.
     for name, page in zip(NAMES, pages):

@@ -7,6 +7,7 @@ The flow, one subpackage per stage:
     server/    LaunchPlan --launch--> ServerProcess (phases, log, diagnosis, stop)
     chat/      base_url --ChatSession.stream--> typed events --TurnTranscript--> a view
     metrics/   base_url --MetricsPoller--> ThroughputFigures
+    telemetry/ this machine's GPUs --read_gpus/GpuPoller--> GpuReading (NVML; nvidia-smi; or none)
     bench/     base_url --run_benchmark--> BenchResult
     ui/        the Gradio app;  notebook/  the ipywidgets views;  cli/  the command line
     demo/      the CPU demo's local models and forcing
@@ -58,6 +59,9 @@ _EXPORTS: dict[str, str] = {
     "builtin_tools": "workbench.chat.tools",
     # metrics
     "MetricsPoller": "workbench.metrics",
+    # telemetry (the GPUs beside the server)
+    "GpuPoller": "workbench.telemetry",
+    "read_gpus": "workbench.telemetry",
     # bench
     "BenchConfig": "workbench.bench",
     "DGX_SPARK_REFERENCE": "workbench.bench",
@@ -125,6 +129,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         WorkbenchError,
     )
     from workbench.metrics import MetricsPoller
+    from workbench.telemetry import GpuPoller, read_gpus
     from workbench.notebook import (
         BenchView,
         ChatView,

@@ -100,6 +100,8 @@ def format_result(result: BenchResult) -> str:
         lines.append(f"input lengths counted by {result.input_lengths_from}")
     if result.client_lag is not None:
         lines.append(result.client_lag.describe())
+    if result.gpu is not None:
+        lines.append(result.gpu.describe(result.summary.output_tokens))
     lines += [f"note: {note}" for note in result.notes]
     lines += [
         "",

@@ -23,6 +23,7 @@ from workbench.bench.lag import ClientLag
 from workbench.bench.records import RequestRecord
 from workbench.bench.summary import DEFINITIONS, Distribution, ServerCounters, Summary
 from workbench.errors import WorkbenchError
+from workbench.telemetry import GpuRunFigures
 
 __all__ = ["BenchResult", "SweepResult", "check_output_dir", "compare_results", "free_stem", "load_result"]
 
@@ -46,6 +47,14 @@ class BenchResult:
     counters_problem: str | None = None  # why the server counters are missing
     input_lengths_from: str | None = None  # who counted the prompts' tokens
     notes: list[str] = field(default_factory=list)
+    # The GPUs of the machine that ran the benchmark, over the measured window (NVML).
+    gpu: GpuRunFigures | None = None
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """Output tokens over the GPUs' energy in the window; None where the power is not known
+        (no NVIDIA GPU here, or the server runs on another machine's GPUs)."""
+        return None if self.gpu is None else self.gpu.tokens_per_joule(self.summary.output_tokens)
 
     @property
     def label(self) -> str:
@@ -74,6 +83,8 @@ class BenchResult:
             "counters_problem": self.counters_problem,
             "input_lengths_from": self.input_lengths_from,
             "notes": self.notes,
+            "gpu": None if self.gpu is None else self.gpu.to_dict(),
+            "tokens_per_joule": self.tokens_per_joule,
             "records": [r.to_dict() for r in self.records],
         }
 
@@ -98,6 +109,7 @@ class BenchResult:
             counters_problem=data.get("counters_problem"),
             input_lengths_from=data.get("input_lengths_from"),
             notes=list(data.get("notes") or []),
+            gpu=None if data.get("gpu") is None else GpuRunFigures.from_dict(data["gpu"]),
         )
 
     def save(self, directory: Path | str, stem: str = "bench") -> dict[str, Path]:
@@ -150,6 +162,7 @@ class SweepResult:
                     **{f"ttft_ms_p{q}": getattr(s.ttft_ms, f"p{q}") for q in (50, 90, 99)},
                     **{f"tpot_ms_p{q}": getattr(s.tpot_ms, f"p{q}") for q in (50, 90, 99)},
                     **{f"e2e_ms_p{q}": getattr(s.e2e_ms, f"p{q}") for q in (50, 90, 99)},
+                    **gpu_columns(result),
                 }
             )
         return rows
@@ -255,7 +268,21 @@ def _summary_rows(result: BenchResult) -> list[dict[str, Any]]:
     if result.server_counters is not None:
         for name, value in result.server_counters.to_dict().items():
             rows.append({"metric": f"server_{name}", "mean": value})
+    rows += [{"metric": name, "mean": value} for name, value in gpu_columns(result).items()]
     return rows
+
+
+def gpu_columns(result: BenchResult) -> dict[str, Any]:
+    """The GPUs over the run (this machine's, NVML): mean utilization, power, peak memory, tokens per joule."""
+    g = result.gpu
+    peak = None if g is None else g.peak_memory_used_bytes
+    return {
+        "gpu_util_pct_mean": None if g is None else g.mean_utilization_pct,
+        "gpu_power_w_mean": None if g is None else g.mean_power_w,
+        "gpu_memory_used_gb_peak": None if peak is None else peak / 1e9,
+        "gpu_energy_j": None if g is None else g.energy_j,
+        "tokens_per_joule": result.tokens_per_joule,
+    }
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -38,10 +38,12 @@ from workbench.bench.results import BenchResult, SweepResult
 from workbench.bench.summary import summarize
 from workbench.errors import WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
+from workbench.telemetry import GpuPoller
 
 __all__ = ["request_body", "run_benchmark", "run_benchmark_async", "run_sweep"]
 
 StopCheck = Callable[[], bool]
+GPU_INTERVAL_S = 0.5
 
 
 def request_body(config: BenchConfig, model: str, prompt: Prompt) -> dict[str, Any]:
@@ -180,10 +182,20 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
             errors = sum(1 for r in done if not r.ok)
             reporter.emit("running", len(done), config.requests, errors, tokens)
 
-        async with LagProbe() as probe:
-            outcome = await send_load(session, chat_url, payload, config.warmup_requests, config.requests,
-                                      config.duration_s, concurrency, config.request_rate, config.seed, on_record,
-                                      should_stop)
+        # The GPUs beside the server, read in their own thread over the measured window (NVML: ~0.05 ms a read).
+        gpus = GpuPoller(interval=GPU_INTERVAL_S, history=100_000)
+        gpu_start = time.time()
+        gpus.start()
+        try:
+            async with LagProbe() as probe:
+                outcome = await send_load(session, chat_url, payload, config.warmup_requests, config.requests,
+                                          config.duration_s, concurrency, config.request_rate, config.seed,
+                                          on_record, should_stop)
+        finally:
+            gpus.stop()
+            gpus.sample_once()
+            gpus.source.close()
+        gpu = gpus.summarize(gpu_start)
         lag = probe.stop()
         records = outcome.records
         summary = summarize(records, config.goodput)
@@ -215,6 +227,7 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         counters_problem=before_problem or after_problem,
         input_lengths_from=counter.source,
         notes=notes,
+        gpu=gpu,
     )
     reporter.emit("done", len(records), config.requests, summary.errors, summary.output_tokens,
                   message="" if partial is None else f"partial: {partial}")

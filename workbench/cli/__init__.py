@@ -12,20 +12,29 @@ import logging
 import os
 import sys
 
-from workbench.cli import bench, chat, metrics, notebooks, plan, render, serve, ui, workshop
+import importlib
+from types import ModuleType
+
 from workbench.errors import WorkbenchError
 
-COMMAND_MODULES = (ui, render, plan, serve, chat, metrics, bench, notebooks, workshop)
+# Imported when a parser is built, not at import time: `gpu` builds a parser of its
+# own module alone, so it runs with the core dependencies only (no Gradio, no Jupyter).
+COMMAND_MODULE_NAMES = ("ui", "render", "plan", "serve", "chat", "metrics", "gpu", "bench", "notebooks", "workshop")
+CORE_ONLY_COMMANDS = ("gpu",)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_modules(names: tuple[str, ...] = COMMAND_MODULE_NAMES) -> list[ModuleType]:
+    return [importlib.import_module(f"workbench.cli.{name}") for name in names]
+
+
+def build_parser(only: tuple[str, ...] = COMMAND_MODULE_NAMES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m workbench",
         description="Serve NVIDIA Nemotron 3.5 Lightning with vLLM: render commands, "
         "launch, chat, watch throughput, benchmark. With no command, opens the web UI.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMAND_MODULES:
+    for module in command_modules(only):
         module.register(subparsers)
     return parser
 
@@ -45,7 +54,7 @@ def _show_library_log() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    parser = build_parser((argv[0],) if argv and argv[0] in CORE_ONLY_COMMANDS else COMMAND_MODULE_NAMES)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["ui", *argv]
     args = parser.parse_args(argv)

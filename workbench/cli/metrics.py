@@ -10,6 +10,7 @@ from datetime import datetime
 from workbench.cli.checks import at_least, new_file_path, positive_float
 from workbench.metrics import MetricsError, MetricsPoller, ThroughputFigures
 from workbench.server import resolve_server_url
+from workbench.telemetry import GpuReading, GpuSource, format_gpu_lines
 
 # Clear the screen and go home, so each scrape redraws the table in place.
 _REDRAW = "\x1b[H\x1b[2J"
@@ -21,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="live throughput, requests, KV cache and spec-decode table from /metrics",
         description="Scrape a vLLM server's /metrics every INTERVAL seconds and redraw a "
         "compact table: prefill/decode tok/s, requests, KV cache, prefix-cache hits, "
-        "latency percentiles and speculative-decoding acceptance over the last WINDOW seconds.",
+        "latency percentiles and speculative-decoding acceptance over the last WINDOW seconds, "
+        "and this machine's GPUs (NVML: utilization, power, memory, clocks, throttling).",
     )
     parser.add_argument(
         "--url",
@@ -38,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def metrics_command(args: argparse.Namespace) -> int:
     url = resolve_server_url(args.url)
     poller = MetricsPoller(url, interval=args.interval, window=args.window, history=max(args.count or 0, 3600))
+    gpus = GpuSource()
     redraw = sys.stdout.isatty()
     scrapes = 0
     failed_exports = 0
@@ -46,7 +49,7 @@ def metrics_command(args: argparse.Namespace) -> int:
             started = time.monotonic()
             try:
                 figures = poller.scrape_once()
-                text = format_table(figures, poller.url)
+                text = format_table(figures, poller.url, gpus.read())
             except MetricsError as exc:
                 if scrapes == 0:
                     raise  # nothing ever worked: a wrong URL, say so and stop
@@ -57,6 +60,7 @@ def metrics_command(args: argparse.Namespace) -> int:
                 time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
     finally:
         poller.close()
+        gpus.close()
         # Each file on its own: one that cannot be written does not cost the other, or hide why the run ended.
         for option, path, export in (("--csv", args.csv, poller.export_csv), ("--json", args.json, poller.export_json)):
             if path is None:
@@ -69,8 +73,9 @@ def metrics_command(args: argparse.Namespace) -> int:
     return 1 if failed_exports else 0
 
 
-def format_table(figures: ThroughputFigures, url: str) -> str:
-    """A compact table of one scrape's figures."""
+def format_table(figures: ThroughputFigures, url: str, gpus: GpuReading | None = None) -> str:
+    """A compact table of one scrape's figures, and the GPUs beside the server (the GPUs of
+    this machine: a server elsewhere has its own)."""
     show = figures.display
     when = datetime.fromtimestamp(figures.window_end).strftime("%H:%M:%S")
     if figures.basis == "since_start":
@@ -91,6 +96,8 @@ def format_table(figures: ThroughputFigures, url: str) -> str:
         f"mean length {show('spec_mean_acceptance_length')}   "
         f"per position {show('spec_acceptance_by_position')}",
     ]
+    if gpus is not None:
+        lines.extend(format_gpu_lines(gpus))
     if figures.counter_reset:
         lines.append("  note         the server restarted in this window: counters were reset")
     return "\n".join(lines)

@@ -10,8 +10,10 @@ determine_available_memory):
 The planner cannot run a profile, so the held-back part is an estimate, said as
 one: the activation peak of a dummy batch of max_num_batched_tokens (the widest
 per-token tensors of a layer, in the model dtype) plus the sampler's fp32 logits
-for max_num_seqs, a fixed allowance for non-torch memory (CUDA context pieces,
-cuBLAS/FlashInfer workspaces), and one for CUDA graphs unless --enforce-eager.
+for max_num_seqs, the non-torch memory the profile run adds on a GPU (cuBLAS's
+handle and workspace, measured on an H200: planner/gpu_overhead.py; the CUDA
+context is made before vLLM's snapshot, so it is outside the budget), and an
+allowance for CUDA graphs unless --enforce-eager.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from math import ceil
 from typing import Any
 
 from workbench.planner.architecture import Architecture
+from workbench.planner.gpu_overhead import CUBLAS_WORKSPACE_BYTES, MEASURED_ON
 from workbench.planner.settings import GIB, ServingSettings
 from workbench.planner.weights import DTYPE_BYTES, WeightEstimate
 
-__all__ = ["CUDA_GRAPH_ALLOWANCE_GIB", "KVBudget", "NON_TORCH_ALLOWANCE_GIB", "activation_peak_bytes", "kv_budget"]
+__all__ = ["CUDA_GRAPH_ALLOWANCE_GIB", "KVBudget", "activation_peak_bytes", "kv_budget"]
 
-# Assumptions of this planner, not vLLM's numbers: vLLM measures both at start-up.
-NON_TORCH_ALLOWANCE_GIB = 1.0
+# An assumption of this planner, not vLLM's number: vLLM measures it at start-up.
 CUDA_GRAPH_ALLOWANCE_GIB = 1.0
 
 
@@ -42,6 +44,7 @@ class KVBudget:
     activation_bytes: int = 0
     non_torch_bytes: int = 0
     cuda_graph_bytes: int = 0
+    non_torch_why: str = ""
 
     @property
     def held_back_bytes(self) -> int:
@@ -86,10 +89,12 @@ def kv_budget(arch: Architecture, settings: ServingSettings, memory_gib: float,
         how = f"{memory_gib:g} GiB x {settings.gpu_memory_utilization:g}, less the weights and {overhead_gib:g} GiB given"
     else:
         activation = activation_peak_bytes(arch, settings)
-        non_torch = int(NON_TORCH_ALLOWANCE_GIB * GIB)
+        # The CPU engine has no cuBLAS; on a GPU, the first cuBLAS matmul's cost as measured.
+        non_torch = 0 if settings.platform == "cpu" else CUBLAS_WORKSPACE_BYTES
         graphs = 0 if settings.enforce_eager or settings.platform == "cpu" else int(CUDA_GRAPH_ALLOWANCE_GIB * GIB)
         how = (f"estimate: {memory_gib:g} GiB x {settings.gpu_memory_utilization:g}, less the weights and what "
                "vLLM's start-up profile holds back (estimated here; vLLM logs the real figure as "
                "'Available KV cache memory')")
     available = requested - weight - activation - non_torch - graphs
-    return KVBudget(available, False, how, total, requested, weight, activation, non_torch, graphs)
+    why = f"cuBLAS handle and workspace, {MEASURED_ON}" if non_torch else ""
+    return KVBudget(available, False, how, total, requested, weight, activation, non_torch, graphs, why)

@@ -16,6 +16,7 @@ from workbench.errors import PlannerError
 from workbench.planner.architecture import Architecture, architecture_from_config
 from workbench.planner.budget import KVBudget, kv_budget
 from workbench.planner.config import ModelConfigFile, read_model_config
+from workbench.planner.gpu_overhead import CUDA_CONTEXT_BYTES, MEASURED_ON
 from workbench.planner.memory import CacheLayout, Capacity, cache_layout, capacity
 from workbench.planner.recommend import ContextRow, Recommendation, context_table, recommend
 from workbench.planner.settings import GIB, ServingSettings, resolve_settings
@@ -129,8 +130,9 @@ class MemoryPlan:
         else:
             out.append(f"KV cache memory: {gib(b.available_bytes)} = {gib(b.requested_bytes or 0)} requested "
                        f"- {gib(b.weight_bytes or 0)} weights - {gib(b.held_back_bytes)} held back "
-                       f"(activations {gib(b.activation_bytes)}, non-torch {gib(b.non_torch_bytes)}, "
-                       f"CUDA graphs {gib(b.cuda_graph_bytes)}) [{b.how}]")
+                       f"(activations {gib(b.activation_bytes)}, non-torch {gib(b.non_torch_bytes)}"
+                       + (f" [{b.non_torch_why}]" if b.non_torch_why else "")
+                       + f", CUDA graphs {gib(b.cuda_graph_bytes)}) [{b.how}]")
         out.append(f"pool: {self.capacity.num_blocks:,} blocks of {lay.bytes_per_block:,} B; "
                    f"{self.capacity.blocks_per_request} blocks per request at {s.max_model_len:,} tokens "
                    f"({s.max_model_len_why})")
@@ -159,6 +161,10 @@ def _notes(arch: Architecture, settings: ServingSettings, flags: Mapping[str, st
     if platform == "cpu" and arch.mamba_layers and settings.ssm_state_dtype != "float32":
         notes.append("On CPUs with AVX512-BF16, vLLM may reset a non-float32 SSM cache to float32 "
                      "(platforms/cpu.py).")
+    if platform != "cpu" and not budget.exact:
+        notes.append(f"vLLM takes its --gpu-memory-utilization share after creating its CUDA context "
+                     f"({CUDA_CONTEXT_BYTES / 1e9:.2f} GB, {MEASURED_ON}): that much more must be free when it "
+                     "starts, beside the share (`workshop --check` counts it).")
     if budget.available_bytes <= 0:
         notes.append("No memory is left for the KV cache: vLLM refuses to start ('No available memory for the "
                      "cache blocks'). Raise --gpu-memory-utilization or use a smaller variant.")

@@ -1,13 +1,15 @@
 """Detect the local machine and name it with a recipe hardware id.
 
-Parsing is separate from running `nvidia-smi`, so every rule is tested on
-recorded text. With no `nvidia-smi` (or one that fails) the machine is "cpu".
-DGX Spark (GB10) reports its memory as "Not Supported" (it is unified with the
-CPU's), so its size comes from /proc/meminfo instead.
+The GPUs are read through workbench.telemetry (NVML first, `nvidia-smi` where NVML
+cannot load), the same source every GPU view reads; parsing is separate from
+reading, so every rule is tested on recorded answers. With no NVIDIA GPU the
+machine is "cpu". DGX Spark (GB10) reports its memory as "Not Supported" (it is
+unified with the CPU's), so its size comes from /proc/meminfo instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -15,12 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from workbench.telemetry import GpuReading, GpuSource, read_gpus
+from workbench.telemetry.sample import MEMORY_DEVICE
+
 __all__ = [
     "QUERY_ARGS",
     "Detection",
     "GpuInfo",
     "detect",
     "detect_hardware",
+    "gpu_infos",
     "hardware_id_for",
     "parse_meminfo_gb",
     "parse_query_gpu",
@@ -58,6 +64,8 @@ class Detection:
     memory_gb: float | None = None
     reason: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # What read the GPUs: "nvml", "nvidia-smi", or "none" (no NVIDIA GPU).
+    source: str = "none"
 
 
 def _to_int(text: str) -> int | None:
@@ -128,13 +136,35 @@ def run_command(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True).stdout
 
 
-def detect_hardware(*, runner: Runner | None = None, which: Callable[[str], str | None] = shutil.which,
+def gpu_infos(reading: GpuReading) -> list[GpuInfo]:
+    """The detection's view of a telemetry reading: name, device memory (None when it is
+    unified with the CPU's), compute capability."""
+    return [GpuInfo(g.name, g.memory_total_bytes // (1024 * 1024)
+                    if g.memory_total_bytes is not None and g.memory_source == MEMORY_DEVICE else None,
+                    g.compute_capability) for g in reading.gpus]
+
+
+def detect_hardware(*, source: GpuSource | None = None, runner: Runner | None = None,
+                    which: Callable[[str], str | None] = shutil.which,
                     meminfo: Path = Path("/proc/meminfo")) -> Detection:
-    """Run nvidia-smi (if there is one) and name the machine."""
+    """Read the GPUs (NVML, else nvidia-smi) and name the machine.
+
+    `source` replaces the machine's telemetry source (a recording's replay);
+    `runner` reads the old way, running QUERY_ARGS through nvidia-smi (recorded text)."""
     if runner is None:
-        if which("nvidia-smi") is None:
-            return Detection("cpu", reason="nvidia-smi not found")
-        runner = run_command
+        if source is None and which is shutil.which and meminfo == Path("/proc/meminfo"):
+            reading = read_gpus()
+        else:
+            reading = (source or GpuSource(which=which, meminfo=meminfo)).read()
+        if not reading.gpus:
+            return Detection("cpu", reason=f"no NVIDIA GPU: {reading.reason}")
+        text = None
+        if any(g.memory_total_bytes is None or g.memory_source != MEMORY_DEVICE for g in reading.gpus[:1]):
+            try:
+                text = meminfo.read_text()
+            except OSError:
+                text = None
+        return dataclasses.replace(hardware_id_for(gpu_infos(reading), text), source=reading.source)
     try:
         gpus = parse_query_gpu(runner(QUERY_ARGS))
     except (OSError, subprocess.SubprocessError) as exc:
@@ -145,7 +175,7 @@ def detect_hardware(*, runner: Runner | None = None, which: Callable[[str], str 
             text = meminfo.read_text()
         except OSError:
             text = None
-    return hardware_id_for(gpus, text)
+    return dataclasses.replace(hardware_id_for(gpus, text), source="nvidia-smi" if gpus else "none")
 
 
 def detect() -> str:

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.planner.gpu_overhead import CUDA_CONTEXT_BYTES, MEASURED_ON
 from workbench.server import hardware
+from workbench.telemetry import MEMORY_DEVICE, GpuSource, read_gpus
 from workbench.server.command import docker_engine_problem, vllm_executable
 
 __all__ = ["CheckStatus", "EnvironmentCheck", "day_of_checks", "docker_image_check", "download_weights",
@@ -108,6 +110,8 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.32's default (`vllm serve --help
 MEMORY_QUERY_ARGS = ["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,compute_cap,driver_version",
                      "--format=csv"]
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
+MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
 def _meminfo_kb(text: str, key: str) -> int | None:
@@ -231,29 +235,44 @@ def download_weights(model_id: str, *, progress: Callable[[str], None] | None = 
 
 
 def memory_headroom_check(gpu_memory_utilization: float | None, *, meminfo: Path = Path("/proc/meminfo"),
-                          runner: Callable[[list[str]], str] | None = None) -> EnvironmentCheck:
+                          runner: Callable[[list[str]], str] | None = None,
+                          source: GpuSource | None = None) -> EnvironmentCheck:
     """Is enough memory free now for vLLM's --gpu-memory-utilization share?
 
-    vLLM refuses to start when the device's free memory is below utilization x total.
-    On a GB10 the GPU's memory is the machine's (unified), so it is read from
-    /proc/meminfo: memory the page cache holds is reclaimable but not free at that moment."""
+    vLLM refuses to start when the device's free memory, read after it has made its
+    CUDA context, is below utilization x total: so the context (measured on an H200:
+    planner/gpu_overhead.py) must be free beside the share. The GPU is read through
+    the telemetry source (NVML; `runner` reads recorded nvidia-smi text instead). On a
+    GB10 the GPU's memory is the machine's (unified), so it is read from /proc/meminfo:
+    memory the page cache holds is reclaimable but not free at that moment."""
     share = gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
     name = f"free memory for --gpu-memory-utilization {share:g}"
-    gpus: list[tuple[int, int]] = []
-    if runner is not None or hardware.detect_hardware().gpus:
+    gpus: list[tuple[int, int]] = []  # (total, free) bytes of each GPU with its own memory
+    if runner is not None:
         try:
-            gpus = parse_gpu_memory_used((runner or hardware.run_command)(MEMORY_QUERY_ARGS))
+            gpus = [(total * MIB, (total - used) * MIB) for total, used in parse_gpu_memory_used(runner(MEMORY_QUERY_ARGS))]
         except (OSError, subprocess.SubprocessError) as exc:
             return EnvironmentCheck(name, "warning", f"nvidia-smi failed: {exc}", "Check the NVIDIA driver (nvidia-smi).")
+    else:
+        reading = source.read() if source is not None else read_gpus()
+        for g in reading.gpus:
+            left = g.memory_free_bytes
+            if g.memory_source == MEMORY_DEVICE and g.memory_total_bytes and left is not None:
+                # vLLM's total (torch's) leaves out the driver's reserve.
+                gpus.append((g.memory_total_bytes - (g.memory_reserved_bytes or 0), left))
     if gpus:
-        total_mib, used_mib = gpus[0]
-        need, free = share * total_mib / 1024, (total_mib - used_mib) / 1024
-        found = f"GPU 0: {free:.1f} GiB free of {total_mib / 1024:.1f} GiB; vLLM wants {need:.1f} GiB"
-        if free >= need:
+        total, free_b = gpus[0]
+        gib_ = float(GIB)
+        need_share = share * total / gib_
+        context = CUDA_CONTEXT_BYTES / gib_
+        need, gpu_free = need_share + context, free_b / gib_
+        found = (f"GPU 0: {gpu_free:.1f} GiB free of {total / gib_:.1f} GiB; vLLM wants {need_share:.1f} GiB "
+                 f"+ {context:.2f} GiB for its CUDA context ({MEASURED_ON})")
+        if gpu_free >= need:
             return EnvironmentCheck(name, "ok", found)
         return EnvironmentCheck(name, "missing", found,
-                                f"Stop what holds GPU memory (`nvidia-smi` lists it), or lower "
-                                f"--gpu-memory-utilization to {max(0.05, free / (total_mib / 1024) - 0.02):.2f}.")
+                                f"Stop what holds GPU memory (`python -m workbench gpu` or `nvidia-smi` shows it), or "
+                                f"lower --gpu-memory-utilization to {max(0.05, (gpu_free - context) / (total / gib_) - 0.02):.2f}.")
     try:
         text = meminfo.read_text()
     except OSError:

@@ -15,6 +15,7 @@ from workbench.errors import WorkbenchError
 from workbench.metrics import ThroughputFigures
 from workbench.metrics.display import NO_DATA, PER_ENGINE_LABEL, format_per_engine, format_seconds
 from workbench.server.preflight import EnvironmentCheck, day_of_checks, warm_up_check
+from workbench.telemetry import format_gpu_strip, shared_gpu_poller
 from workbench.workshop import Room, RoomLimits, RoomSnapshot
 from workbench.workshop.room import AWAY_AFTER_S
 
@@ -128,7 +129,9 @@ def create_ui(room: Room, figures: Callable[[], ThroughputFigures | None], figur
 
     def refresh():
         snapshot = room.snapshot()
-        return summary_markdown(snapshot), server_markdown(figures(), figures_error()), attendee_rows(snapshot)
+        gpus = html.escape(format_gpu_strip(shared_gpu_poller().tick()))  # the GPU beside the server
+        return (summary_markdown(snapshot), server_markdown(figures(), figures_error()) + "\n\n" + gpus,
+                attendee_rows(snapshot))
 
     def apply(one: bool, cap: float | None):
         try:

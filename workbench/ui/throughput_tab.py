@@ -1,5 +1,5 @@
-"""Throughput tab: the server's own /metrics as live figures and plots, and the
-compact strip shown beside the chat."""
+"""Throughput tab: the server's own /metrics as live figures and plots, the GPUs
+beside it (NVML: one series per GPU), and the compact strip shown beside the chat."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pandas as pd
 
 from workbench.metrics import SERIES_COLUMNS, MetricsPoller, SharedPoller, ThroughputFigures
 from workbench.metrics.display import FIGURE_LABELS, PER_ENGINE_LABEL, STRIP_FIGURES, format_per_engine
+from workbench.telemetry import GpuPoller, GpuReading, gpu_rows, shared_gpu_poller
+from workbench.telemetry.sample import NO_GPU
 from workbench.ui.exports import EXPORTS
 
 TICK_S = 1.0
@@ -23,6 +25,9 @@ class ThroughputTab:
     requests_plot: gr.LinePlot
     kv_plot: gr.LinePlot
     spec_plot: gr.LinePlot
+    gpu_figures: gr.Markdown
+    gpu_util_plot: gr.LinePlot
+    gpu_power_plot: gr.LinePlot
     export_csv: gr.DownloadButton
     export_json: gr.DownloadButton
     timer: gr.Timer
@@ -93,7 +98,45 @@ def per_engine_frame(poller: MetricsPoller | None, newest: float) -> pd.DataFram
     return frame
 
 
-def create_ui(shared: SharedPoller) -> ThroughputTab:
+def gpu_markdown(reading: GpuReading | None) -> str:
+    """The GPUs now, as a table; or plainly that this machine has no NVIDIA GPU, and why."""
+    if reading is None:
+        return "*GPU: waiting for the first reading…*"
+    if not reading.gpus:
+        return f"**GPU** · {NO_GPU} on this machine ({reading.reason}). The plots stay empty."
+    driver = f", driver {reading.driver_version}" if reading.driver_version else ""
+    lines = [f"**GPUs** (this machine, via {reading.source}{driver})", "",
+             "| GPU | name | util | memory used / total | power / limit | SM clock | temp | throttle |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in gpu_rows(reading)]
+    return "\n".join(lines)
+
+
+def gpu_frames(poller: GpuPoller) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Utilization and power, one series per GPU (and each GPU's power limit); x as the other plots."""
+    readings = poller.readings()
+    newest = readings[-1].taken_at if readings else 0.0
+    util, power = [], []
+    for r in readings:
+        seconds = round(r.taken_at - newest, 2)
+        for g in r.gpus:
+            if g.utilization_pct is not None:
+                util.append({"seconds": seconds, "value": g.utilization_pct, "series": f"GPU{g.index} util %"})
+            if g.power_w is not None:
+                power.append({"seconds": seconds, "value": g.power_w, "series": f"GPU{g.index} W"})
+            if g.power_limit_w is not None:
+                power.append({"seconds": seconds, "value": g.power_limit_w, "series": f"GPU{g.index} limit W"})
+
+    def frame(rows: list[dict[str, object]]) -> pd.DataFrame:
+        df = pd.DataFrame(rows, columns=["seconds", "value", "series"])
+        df["series"] = df["series"].astype(object)
+        return df
+
+    return frame(util), frame(power)
+
+
+def create_ui(shared: SharedPoller, gpus: GpuPoller | None = None) -> ThroughputTab:
+    gpus = gpus or shared_gpu_poller()
     timer = gr.Timer(TICK_S, active=False)
     with gr.Row():
         with gr.Column(scale=2):
@@ -108,18 +151,28 @@ def create_ui(shared: SharedPoller) -> ThroughputTab:
                                       elem_id="plot-kv", height=200)
                 spec_plot = gr.LinePlot(empty, x="seconds", y="value", color="series", x_title="seconds (0 = now)",
                                         title="Speculative-decoding acceptance", elem_id="plot-spec", height=200)
+            with gr.Row():
+                gpu_util_plot = gr.LinePlot(empty, x="seconds", y="value", color="series", x_title="seconds (0 = now)",
+                                            title="GPU utilization (%)", elem_id="plot-gpu-util", height=200)
+                gpu_power_plot = gr.LinePlot(empty, x="seconds", y="value", color="series", x_title="seconds (0 = now)",
+                                             title="GPU power (W)", elem_id="plot-gpu-power", height=200)
         with gr.Column(scale=1):
             figures = gr.Markdown(figures_markdown(None), elem_id="throughput-figures")
+            gpu_figures = gr.Markdown(gpu_markdown(None), elem_id="gpu-figures")
             with gr.Row():
                 export_csv = gr.DownloadButton("Export CSV")
                 export_json = gr.DownloadButton("Export JSON")
-    tab = ThroughputTab(figures, tokens_plot, requests_plot, kv_plot, spec_plot, export_csv, export_json, timer)
+    tab = ThroughputTab(figures, tokens_plot, requests_plot, kv_plot, spec_plot, gpu_figures, gpu_util_plot,
+                        gpu_power_plot, export_csv, export_json, timer)
 
     def tick():
         latest = shared.tick()
-        return (figures_markdown(latest, shared.error), *frames(shared.poller()))
+        reading = gpus.tick()
+        return (figures_markdown(latest, shared.error), *frames(shared.poller()), gpu_markdown(reading),
+                *gpu_frames(gpus))
 
-    timer.tick(tick, None, [figures, tokens_plot, requests_plot, kv_plot, spec_plot], show_progress="hidden")
+    timer.tick(tick, None, [figures, tokens_plot, requests_plot, kv_plot, spec_plot, gpu_figures, gpu_util_plot,
+                            gpu_power_plot], show_progress="hidden")
 
     def export(kind: str):
         poller = shared.poller()
