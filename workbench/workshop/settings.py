@@ -15,12 +15,21 @@ from dataclasses import dataclass, field
 from workbench.errors import InputError, WorkbenchError
 from workbench.server.ports import check_listen_address
 
-__all__ = ["LOOPBACK_HOSTS", "ROOM_CODE_ENV", "PRESENTER_AUTH_ENV", "WorkshopSettings", "settings_from"]
+__all__ = ["LOOPBACK_HOSTS", "MIN_PASSWORD", "ROOM_CODE_ENV", "PRESENTER_AUTH_ENV", "WorkshopSettings",
+           "check_password", "settings_from"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 ROOM_CODE_ENV = "WORKBENCH_ROOM_CODE"
 PRESENTER_AUTH_ENV = "WORKBENCH_PRESENTER_AUTH"
 MIN_ROOM_CODE = 4
+MIN_PASSWORD = 8
+
+
+def check_password(password: str, what: str, example: str) -> None:
+    """Refuse a login password short enough to guess (the presenter's, the UI's --auth)."""
+    if len(password) < MIN_PASSWORD:
+        raise InputError(f"{what} password is {len(password)} characters long; it must be at least {MIN_PASSWORD}.",
+                         hint=f"Choose a longer one, e.g. {example}")
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,9 @@ class WorkshopSettings:
     port: int = 7860
     room_code: str | None = field(default=None, repr=False)
     presenter_auth: tuple[str, str] | None = field(default=None, repr=False)
+    # The address of a reverse proxy in front of the app: only its X-Forwarded-For is
+    # believed (otherwise the header is ignored: anyone could rotate it past the throttles).
+    trusted_proxy: str | None = None
 
     @property
     def exposed(self) -> bool:
@@ -70,16 +82,17 @@ def _presenter_auth(value: str | None) -> tuple[str, str] | None:
     if not sep or not user or not password:
         raise InputError("The presenter login must look like user:password.",
                          hint=f"For example {PRESENTER_AUTH_ENV}=presenter:some-long-password")
+    check_password(password, "The presenter's", f"{PRESENTER_AUTH_ENV}=presenter:some-long-password")
     return user, password
 
 
 def settings_from(host: str, port: int, room_code: str | None = None, presenter_auth: str | None = None,
-                  environ: MutableMapping[str, str] | None = None) -> WorkshopSettings:
+                  environ: MutableMapping[str, str] | None = None, trusted_proxy: str | None = None) -> WorkshopSettings:
     """Settings from the flags, else the environment; the variables are removed from `environ`."""
     env = os.environ if environ is None else environ
     code_env = env.pop(ROOM_CODE_ENV, None)
     auth_env = env.pop(PRESENTER_AUTH_ENV, None)
     code = (room_code or code_env or "").strip() or None
-    settings = WorkshopSettings(host, port, code, _presenter_auth(presenter_auth or auth_env))
+    settings = WorkshopSettings(host, port, code, _presenter_auth(presenter_auth or auth_env), trusted_proxy or None)
     settings.check()
     return settings
