@@ -40,8 +40,8 @@ def manage_attendee(room: Room, action: str, name: str | None) -> str:
     """remove / ban / release one name; what happened, in words."""
     cleaned = normalize_name(name)
     if action == "remove":
-        done = room.remove(cleaned)
-        return f"Signed {cleaned} out; the name is free." if done else f"Nobody is signed in as {cleaned}."
+        held = room.remove(cleaned)
+        return f"Signed {held} out; the name is free." if held else f"Nobody is signed in as {cleaned}."
     if action == "ban":
         room.ban(cleaned)
         return f"Removed {cleaned}; the name is refused until you release it."

@@ -212,9 +212,10 @@ class Room:
             if key is not None:
                 self._drop(key)
 
-    def remove(self, name: str) -> bool:
+    def remove(self, name: str) -> str | None:
         """Sign an attendee out (the presenter's Remove, or Release a name someone lost):
-        their session ends, the name is free, their conversation is released."""
+        their session ends, the name is free, their conversation is released. The name
+        as they held it, or None if nobody did."""
         with self._lock:
             return self._drop(name_key(name))
 
@@ -230,12 +231,13 @@ class Room:
         with self._lock:
             return self._banned.pop(name_key(name), None) is not None
 
-    def _drop(self, key: str) -> bool:
-        if self._attendees.pop(key, None) is None:
-            return False
+    def _drop(self, key: str) -> str | None:
+        attendee = self._attendees.pop(key, None)
+        if attendee is None:
+            return None
         for session in [s for s, k in self._sessions.items() if k == key]:
             del self._sessions[session]
-        return True
+        return attendee.name
 
     def _expire_idle(self, now: float) -> None:
         idle = self._limits.idle_expire_s
