@@ -7,6 +7,7 @@ no child (vLLM, Docker) inherits them, and nothing here prints them.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import MutableMapping
@@ -60,6 +61,12 @@ class WorkshopSettings:
     def check(self) -> None:
         """Refuse a room anyone on the network could use without the code, or drive without the login."""
         check_listen_address(self.host, self.port)
+        if self.trusted_proxy is not None:
+            try:
+                ipaddress.ip_address(self.trusted_proxy)
+            except ValueError:
+                raise InputError(f"--trusted-proxy {self.trusted_proxy!r} is not an IP address.",
+                                 hint="Give the address your reverse proxy connects from, e.g. 127.0.0.1.") from None
         if self.room_code is not None and len(self.room_code) < MIN_ROOM_CODE:
             raise InputError(f"The room code must be at least {MIN_ROOM_CODE} characters long.",
                              hint=f"Choose a longer one (--room-code or {ROOM_CODE_ENV}).")

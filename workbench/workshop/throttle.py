@@ -55,7 +55,7 @@ class FailureDelay:
     (0.0: at once), or None when the address already has `max_wait_s` of attempts
     queued (refuse it as busy without checking: no answer leaks). Past the free
     failures, attempts are spaced `base_s`, doubling with each further failure, up
-    to `max_s`. `failed()` records a wrong attempt, `succeeded()` nothing: a right
+    to `max_s`; attempts that queue behind others, `max_s`. `failed()` records a wrong attempt, `succeeded()` nothing: a right
     one does not wipe the record (a guesser could otherwise reset it)."""
 
     def __init__(self, *, free: int, window_s: float, base_s: float, max_s: float, max_wait_s: float,
@@ -87,7 +87,9 @@ class FailureDelay:
             slot = max(now, self._next_slot.get(address, now))
             if slot - now > self.max_wait_s:
                 return None
-            self._next_slot[address] = slot + spacing
+            # Attempts queued behind others are spaced the most: they were reserved before the
+            # failures ahead of them counted, and a guesser sends many at once.
+            self._next_slot[address] = slot + (self.max_s if slot > now else spacing)
             return slot - now
 
     def failed(self, address: str) -> None:
