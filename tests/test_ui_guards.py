@@ -53,6 +53,17 @@ def test_only_its_own_host_names_are_answered(ui):
         assert httpx.get(url + "/", headers={"Host": host}).status_code != 421, host
 
 
+def test_uploads_are_size_limited(ui):
+    url, _ = ui
+    login = httpx.post(url + "/login", data={"username": "admin", "password": PASSWORD})
+    assert login.status_code == 200
+    small = httpx.post(url + "/gradio_api/upload", files={"files": ("chat.json", b"{}")}, cookies=login.cookies)
+    assert small.status_code == 200
+    big = httpx.post(url + "/gradio_api/upload", files={"files": ("big.bin", b"\0" * (21 * 1024 * 1024))},
+                     cookies=login.cookies, timeout=60)
+    assert big.status_code == 413
+
+
 def test_wrong_auth_logins_slow_down_and_the_right_one_gets_in(ui):
     url, _ = ui
     started = time.monotonic()
