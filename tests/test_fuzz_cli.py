@@ -233,6 +233,11 @@ REFUSED = [
     (["workshop", "--app-port", "0"], "0"),
     (["workshop", "--max-tokens", "-3"], "too small"),
     (["workshop", "--host", "0.0.0.0"], "room code"),
+    (["workshop", "--room-size", "0"], "too small"),
+    (["workshop", "--turns-per-address", "-1"], "too small"),
+    (["workshop", "--trusted-proxy", "proxy.example"], "not an IP address"),
+    (["workshop", "--presenter-auth", "presenter:short"], "at least 8"),
+    (["ui", "--auth", "admin:xy"], "at least 8"),
     (["notebooks", "--port", "99999"], "99999"),
 ]
 

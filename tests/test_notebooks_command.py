@@ -38,6 +38,8 @@ def test_the_token_is_not_on_argv_and_news_is_off():
     assert not any("token" in a.lower() for a in argv)
     assert "--LabApp.news_url=None" in argv
     assert "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate" in argv
+    # DNS rebinding: only loopback names are answered (said explicitly, not left to a default).
+    assert "--ServerApp.allow_remote_access=False" in argv and "--ServerApp.local_hostnames=localhost" in argv
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
@@ -69,6 +71,12 @@ def test_a_signal_stops_jupyterlab(tmp_path, signum):
         settings = httpx.get(f"http://127.0.0.1:{port}/lab/api/settings/@jupyterlab/apputils-extension:notification",
                              params={"token": token}, timeout=10).json()
         assert settings["schema"]["properties"]["fetchNews"]["default"] == "false", json.dumps(settings)[:300]
+        # A page whose name rebinds to 127.0.0.1 is refused, even with the token.
+        rebound = httpx.get(f"http://127.0.0.1:{port}/api/status", params={"token": token},
+                            headers={"Host": f"rebind.attacker.example:{port}"}, timeout=10)
+        assert rebound.status_code == 403
+        assert httpx.get(f"http://127.0.0.1:{port}/api/status", params={"token": token},
+                         headers={"Host": f"localhost:{port}"}, timeout=10).is_success
         os.kill(cli.pid, signum)
         assert cli.wait(40) == 128 + signum
         deadline = time.monotonic() + 10

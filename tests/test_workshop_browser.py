@@ -24,7 +24,7 @@ def room_url(tmp_path_factory):
 
     from tests.helpers.fixed_rate_server import FixedRateServer
     from workbench.server import attach, free_port
-    from workbench.ui.workshop_server import build_workshop
+    from workbench.ui.workshop_server import build_workshop, server_config
     from workbench.workshop import RoomLimits, WorkshopSettings
 
     fixed = FixedRateServer(decode_rate=20, echo=True).start()
@@ -32,7 +32,7 @@ def room_url(tmp_path_factory):
     settings = WorkshopSettings("127.0.0.1", free_port(), CODE, ("presenter", PASSWORD))
     built = build_workshop(settings, state_dir=state, limits=RoomLimits(True, 400), default_hardware="cpu")
     built.presenter.slot.handle = attach(fixed.base_url, state_dir=state)
-    server = uvicorn.Server(uvicorn.Config(built.app, host="127.0.0.1", port=settings.port, log_level="warning"))
+    server = uvicorn.Server(server_config(built, settings))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{settings.port}"

@@ -44,6 +44,10 @@ def jupyter_lab_argv(directory: Path, port: int, *, open_browser: bool = False) 
         sys.executable, "-m", "jupyterlab",
         f"--ServerApp.root_dir={directory}",
         "--ServerApp.ip=127.0.0.1",
+        # Answer only loopback names (127.0.0.1, [::1], localhost): a page whose name
+        # rebinds to 127.0.0.1 gets 403 (DNS rebinding). Its default for a loopback ip; said here.
+        "--ServerApp.allow_remote_access=False",
+        "--ServerApp.local_hostnames=localhost",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         # No news feed and no "get notified about Jupyter news?" prompt; no update check.

@@ -40,6 +40,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--attach", metavar="URL", help="chat with a server started elsewhere")
     p.add_argument("--api-key", help="API key of the attached server")
     p.add_argument("--max-tokens", type=at_least(1), default=1024, help="each attendee request's max_tokens cap")
+    p.add_argument("--room-size", type=at_least(1), default=200, help="names held at once (default 200; the Room tab "
+                   "changes it live)")
+    p.add_argument("--turns-per-address", type=at_least(1), default=32,
+                   help="turns running at once from one client address (default 32: a room behind one NAT is one "
+                   "address; lower it when attendees have their own)")
+    p.add_argument("--trusted-proxy", metavar="ADDRESS",
+                   help="a reverse proxy in front of the app: its X-Forwarded-For is believed (otherwise ignored)")
     p.add_argument("--state-dir", help="where server state and logs are kept")
     p.add_argument("--check", action="store_true", help="run the day-of checks for the plan and exit")
     p.add_argument("--download", action="store_true", help="download the plan's weights into the HF cache and exit")
@@ -67,7 +74,8 @@ def workshop_command(args: argparse.Namespace) -> int:
     from workbench.workshop import settings_from
 
     refuse_with_attach(args, {"server_port": "--server-port"})
-    settings = settings_from(args.host, args.port, args.room_code, args.presenter_auth)
+    settings = settings_from(args.host, args.port, args.room_code, args.presenter_auth,
+                             trusted_proxy=args.trusted_proxy)
     if args.check or args.download:
         from workbench.server import find_running
         from workbench.server.preflight import day_of_checks, download_weights, warm_up_check
@@ -94,8 +102,8 @@ def workshop_command(args: argparse.Namespace) -> int:
     exit_on_signals()  # SIGTERM/SIGHUP end as Ctrl-C does: the server launched below is stopped
 
     hardware = args.hardware or (None if args.recipe or args.preset else None)
-    workshop = build_workshop(settings, state_dir=args.state_dir, limits=RoomLimits(True, args.max_tokens),
-                              default_hardware=hardware)
+    limits = RoomLimits(True, args.max_tokens, max_attendees=args.room_size, turns_per_address=args.turns_per_address)
+    workshop = build_workshop(settings, state_dir=args.state_dir, limits=limits, default_hardware=hardware)
     slot = workshop.presenter.slot
     if args.attach:
         slot.handle = server.attach(args.attach, api_key=args.api_key, state_dir=args.state_dir)

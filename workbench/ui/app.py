@@ -24,6 +24,7 @@ from workbench.recipes import load_catalog, recipe_for_hardware
 from workbench.server.hardware import detect
 from workbench.ui import bench_tab, chat_tab, recipe_tab, server_tab, throughput_tab
 from workbench.ui.exports import GRADIO_CACHE_CLEANUP
+from workbench.workshop.settings import check_password
 
 # Pauses the page's timers while the browser tab is hidden, and resumes the
 # visible tab's timer when it comes back, so a background tab costs nothing.
@@ -153,13 +154,28 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
     return WorkbenchApp(demo, slot, poller)
 
 
+# Files a view of the single-user UI may take (a saved chat, a plan): none is larger.
+MAX_FILE_SIZE = "20mb"
+
+
+def guard_middleware(host: str, share: bool) -> list[Any]:
+    """The app's own middleware: answer only its host names (a share link's name is
+    Gradio's, and wildcard binds need --auth), and throttle wrong --auth logins."""
+    from starlette.middleware import Middleware
+
+    from workbench.ui.guards import HostCheck, LoginThrottle, allowed_hosts
+
+    return [Middleware(HostCheck, hosts=None if share else allowed_hosts(host)), Middleware(LoginThrottle)]
+
+
 def serve_app(host: str = "127.0.0.1", port: int = 7860, auth: tuple[str, str] | None = None,
               share: bool = False, state_dir: str | None = None, open_browser: bool = False) -> None:
     app = build_app(state_dir=state_dir)
     # api_open=False: queued events only through the queue, not as direct REST calls.
     app.blocks.queue(default_concurrency_limit=8, api_open=False)
     app.launch(server_name=host, server_port=port, auth=auth, share=share, inbrowser=open_browser,
-               show_error=True)
+               show_error=True, max_file_size=MAX_FILE_SIZE,
+               app_kwargs={"middleware": guard_middleware(host, share)})
 
 
 def auth_from(value: str | None) -> tuple[str, str] | None:
@@ -167,9 +183,10 @@ def auth_from(value: str | None) -> tuple[str, str] | None:
     if not value:
         return None
     if ":" not in value:
-        raise WorkbenchError("--auth must look like user:password.", hint="For example --auth admin:s3cret")
+        raise WorkbenchError("--auth must look like user:password.", hint="For example --auth admin:a-long-secret")
     user, password = value.split(":", 1)
     if not user.strip() or not password:
         raise WorkbenchError("--auth needs both a user name and a password (user:password); one is empty.",
-                             hint="For example --auth admin:s3cret")
+                             hint="For example --auth admin:a-long-secret")
+    check_password(password, "The --auth", "--auth admin:a-long-secret")
     return user, password

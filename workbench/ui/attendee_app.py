@@ -24,6 +24,7 @@ from workbench.ui.chat_render import stats_markdown, tools_text, turn_messages
 from workbench.ui.exports import EXPORTS, GRADIO_CACHE_CLEANUP
 from workbench.ui.throughput_tab import strip_markdown
 from workbench.workshop import AttendeeChat, Room, RoomChat
+from workbench.workshop.turns import public_text
 
 __all__ = ["TICK_S", "build_attendee_blocks", "conversation_messages"]
 
@@ -47,14 +48,25 @@ def conversation_messages(conversation: Conversation) -> list[dict[str, Any]]:
             if message.content:
                 out.append({"role": "assistant", "content": message.content})
         if message.failed:
-            out.append({"role": "assistant", "content": f"⚠ This turn failed: {message.failed}",
+            out.append({"role": "assistant", "content": f"⚠ This turn failed: {public_text(message.failed)}",
                         "metadata": {"title": "Incomplete", "status": "done"}})
     return out
 
 
 def _refusal(exc: WorkbenchError) -> gr.Error:
     text = exc.message + (f" {exc.hint}" if exc.hint else "")
-    return gr.Error(html.escape(text), print_exception=False)
+    return gr.Error(html.escape(public_text(text)), print_exception=False)
+
+
+def _public_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages with this machine's paths cut from error texts (the server's errors name its model's folder)."""
+    return [{**m, "content": public_text(m["content"])} if str(m.get("content", "")).startswith("⚠") else m
+            for m in messages]
+
+
+def _address(request: gr.Request) -> str:
+    client = getattr(request, "client", None)
+    return str(getattr(client, "host", "") or "")
 
 
 def build_attendee_blocks(room: Room, room_chat: RoomChat,
@@ -99,11 +111,12 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
         broadcast = gr.Textbox(visible="hidden", elem_id="attendee-broadcast")
         timer = gr.Timer(TICK_S)
 
-        async def run(text: str, chat: AttendeeChat, name: str) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+        async def run(text: str, chat: AttendeeChat, name: str,
+                      address: str) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
             try:
                 shown: list[dict[str, Any]] = chat.display
-                async for transcript in room_chat.turn(chat, name, text):
-                    shown = chat.display + turn_messages(transcript)
+                async for transcript in room_chat.turn(chat, name, text, address):
+                    shown = chat.display + _public_messages(turn_messages(transcript))
                     yield transcript.answer_text(), shown
                 chat.display = shown
             except WorkbenchError as exc:
@@ -111,7 +124,7 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
 
         async def chat_fn(text: str, chat: AttendeeChat, request: gr.Request):
             """Send a message; streams (the answer so far, the whole conversation)."""
-            async for update in run(text, chat, signed_in(request)):
+            async for update in run(text, chat, signed_in(request), _address(request)):
                 yield update
 
         async def broadcast_fn(value: str, chat: AttendeeChat, request: gr.Request):
@@ -119,7 +132,7 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
             head, _, text = (value or "").partition("\n")
             if not head.isdigit() or int(head) != chat.seen_broadcast or not text:
                 return
-            async for update in run(text, chat, name):
+            async for update in run(text, chat, name, _address(request)):
                 yield update
 
         def after_turn(chat: AttendeeChat, request: gr.Request):
@@ -146,17 +159,21 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
 
         def on_load(chat: AttendeeChat, request: gr.Request):
             name = signed_in(request)
-            room.sign_in(name)
+            room.seen(name)
             room_chat.restore(chat, name)
             chat.seen_broadcast = room.latest_broadcast_id()  # broadcasts reach pages open when they are sent
             chat.display = conversation_messages(chat.conversation())
-            cap = room.limits.max_tokens
+            limits = room.limits
+            rules = [f"answers are capped at {limits.max_tokens} tokens" if limits.max_tokens else "",
+                     f"messages at {limits.max_message_chars:,} characters",
+                     "" if limits.tools_allowed else "tools are off"]
             return (f"Signed in as **{html.escape(name)}** · [Sign out](/leave)",
-                    f"*Answers are capped at {cap} tokens.*" if cap else "", chat.display)
+                    f"*In this room {', '.join(r for r in rules if r)}.*", chat.display)
 
         def tick(chat: AttendeeChat, request: gr.Request):
             name = getattr(request, "username", None)
             if not name or not room.is_signed_in(name) or chat.name not in (None, name):
+                room_chat.forget(chat)  # removed or expired: release what this page held
                 return gr.skip(), "⚠ You are signed out: reload the page to sign in again.", gr.skip()
             room.seen(str(name))
             pending = room.pending_broadcast(chat.seen_broadcast)

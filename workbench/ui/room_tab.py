@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gradio as gr
@@ -16,7 +16,8 @@ from workbench.metrics import ThroughputFigures
 from workbench.metrics.display import NO_DATA, PER_ENGINE_LABEL, format_per_engine, format_seconds
 from workbench.server.preflight import EnvironmentCheck, day_of_checks, warm_up_check
 from workbench.telemetry import format_gpu_strip, shared_gpu_poller
-from workbench.workshop import Room, RoomLimits, RoomSnapshot
+from workbench.ui import room_admin
+from workbench.workshop import Room, RoomSnapshot
 from workbench.workshop.room import AWAY_AFTER_S
 
 __all__ = ["ATTENDEE_HEADERS", "RoomTab", "attendee_rows", "create_ui", "server_figure_rows", "summary_markdown"]
@@ -43,6 +44,7 @@ class RoomTab:
     warm_up: gr.Button
     checks: gr.Dataframe
     timer: gr.Timer
+    admin: room_admin.RoomAdmin | None = None
 
 
 def server_figure_rows(figures: ThroughputFigures | None) -> list[tuple[str, str]]:
@@ -61,9 +63,13 @@ def summary_markdown(snapshot: RoomSnapshot) -> str:
     limits = snapshot.limits
     rules = ["one turn at a time" if limits.one_turn_at_a_time else "several turns at once",
              f"max_tokens ≤ {limits.max_tokens}" if limits.max_tokens else "no max_tokens cap"]
+    rules.append(f"room of {limits.max_attendees}")
+    if not limits.tools_allowed:
+        rules.append("tools off")
+    banned = f" · banned: {', '.join(html.escape(n) for n in snapshot.banned)}" if snapshot.banned else ""
     return (f"**Room** · **{len(snapshot.attendees)}** signed in · {len(here)} here · "
             f"**{snapshot.turns_running}** turns running · {snapshot.turns_finished} finished · "
-            f"limits: {', '.join(rules)}")
+            f"limits: {', '.join(rules)}{banned}")
 
 
 def server_markdown(figures: ThroughputFigures | None, error: str | None) -> str:
@@ -123,9 +129,10 @@ def create_ui(room: Room, figures: Callable[[], ThroughputFigures | None], figur
             warm_up = gr.Button("Send a warm-up request", elem_id="room-warm-up")
         checks = gr.Dataframe(headers=["check", "found", "what to do"], interactive=False, wrap=True,
                               elem_id="room-checks")
+    admin = room_admin.create_admin_ui(room)
     timer = gr.Timer(TICK_S, active=False)
     tab = RoomTab(summary, server, attendees, one_turn, max_tokens, apply_limits, prompt, send_all, sent,
-                  run_checks, warm_up, checks, timer)
+                  run_checks, warm_up, checks, timer, admin)
 
     def refresh():
         snapshot = room.snapshot()
@@ -135,7 +142,7 @@ def create_ui(room: Room, figures: Callable[[], ThroughputFigures | None], figur
 
     def apply(one: bool, cap: float | None):
         try:
-            room.set_limits(RoomLimits(bool(one), int(cap) if cap else None))
+            room.set_limits(replace(room.limits, one_turn_at_a_time=bool(one), max_tokens=int(cap) if cap else None))
         except WorkbenchError as exc:
             raise gr.Error(html.escape(f"{exc.message} {exc.hint or ''}"), print_exception=False) from exc
         return refresh()[0]

@@ -2,8 +2,11 @@
 the presenter's login) and `/` (the attendee app, behind the room's sign-in).
 
     /join, /leave, /healthz     plain FastAPI routes (registered before the mounts)
-    /presenter                  the presenter's Blocks, Gradio's own login (auth=)
-    /                           the attendees' Blocks, auth_dependency = the signed cookie
+    /presenter                  the presenter's Blocks, Gradio's own login (auth=), throttled
+    /                           the attendees' Blocks, auth_dependency = the session cookie
+
+Around them (workbench.ui.guards): the Host check (loopback binds answer only their
+own names), the login throttle, and the attendee guard (no uploads, bounded bodies).
 
 Starlette matches in order and a mount at "/" matches everything, so the routes
 and /presenter come first. The queue is tuned here (see `tune_queue`); what each
@@ -20,6 +23,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
 os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "500")
 
+import asyncio  # noqa: E402
 import html  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -33,15 +37,18 @@ from workbench.errors import RoomError  # noqa: E402
 from workbench.recipes import load_catalog, recipe_for_hardware  # noqa: E402
 from workbench.server.hardware import detect  # noqa: E402
 from workbench.ui import attendee_app, room_tab  # noqa: E402
+from workbench.ui.guards import AttendeeGuard, HostCheck, LoginThrottle, allowed_hosts  # noqa: E402
 from workbench.ui.app import VISIBILITY_JS, AppParts, WorkbenchApp, build_app  # noqa: E402
 from workbench.workshop import COOKIE_NAME, Room, RoomChat, RoomLimits, SignIn, WorkshopSettings  # noqa: E402
 
-__all__ = ["WorkshopApp", "build_workshop", "serve_workshop", "tune_queue"]
+__all__ = ["WorkshopApp", "build_workshop", "serve_workshop", "server_config", "tune_queue"]
 
 # Most events that may run at once in the attendee app (Gradio's default is 40
 # per Blocks, a hidden cap: a 41st chat waits in the queue for a free slot).
 MAX_RUNNING_EVENTS = 512
 MAX_QUEUED = 1024
+# Files the presenter's views may take (none takes more than a saved chat or plan).
+PRESENTER_MAX_FILE = "20mb"
 # Gradio's queue polls every 1 ms when idle (~4 % of a core per app); 20 ms costs
 # at most 20 ms before a new event starts and brings idle CPU to ~0.4 %.
 QUEUE_IDLE_POLL_S = 0.02
@@ -144,8 +151,7 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
     tune_queue(presenter.blocks, max_running=64)
 
     def attendee_name(request: Request) -> str | None:
-        name = signin.name_from(request.cookies.get(COOKIE_NAME))
-        return name if room.is_signed_in(name) else None
+        return room.name_for(request.cookies.get(COOKIE_NAME))
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -160,34 +166,53 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
         return HTMLResponse(join_page(signin))
 
     @app.post("/join")
-    def join(request: Request, name: str = Form(""), code: str = Form("")) -> Response:
+    async def join(request: Request, name: str = Form(""), code: str = Form("")) -> Response:
+        address = request.client.host if request.client else ""
         try:
-            cleaned = signin.check(name, code, request.client.host if request.client else "")
-            room.sign_in(cleaned)
+            # Wrong codes from this address make its attempts wait their turn (no thread held).
+            await asyncio.sleep(signin.wait_before_check(address))
+            session = room.sign_in(signin.check(name, code, address), address)
         except RoomError as exc:
-            return HTMLResponse(join_page(signin, f"{exc.message} {exc.hint or ''}", name), status_code=400)
+            status = 429 if "network" in exc.message else 400
+            return HTMLResponse(join_page(signin, f"{exc.message} {exc.hint or ''}", name), status_code=status)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE_NAME, signin.token_for(cleaned), httponly=True, samesite="lax", path="/")
+        response.set_cookie(COOKIE_NAME, session, httponly=True, samesite="lax", path="/")
         return response
 
     @app.get("/leave")
-    def leave() -> Response:
+    def leave(request: Request) -> Response:
+        room.leave(request.cookies.get(COOKIE_NAME))  # the name is free again, the conversation released
         response = RedirectResponse("/join", status_code=303)
         response.delete_cookie(COOKIE_NAME, path="/")
         return response
 
     app = gr.mount_gradio_app(app, presenter.blocks, path="/presenter", auth=settings.presenter_auth,
                               auth_message="The presenter's login (--presenter-auth).", show_error=False,
-                              js=VISIBILITY_JS)
-    app = gr.mount_gradio_app(app, attendee, path="/", auth_dependency=attendee_name, show_error=False)
+                              js=VISIBILITY_JS, max_file_size=PRESENTER_MAX_FILE)
+    app = gr.mount_gradio_app(app, attendee, path="/", auth_dependency=attendee_name, show_error=False,
+                              max_file_size=0)
     app.add_middleware(JoinRedirect, signed_in=attendee_name)
+    app.add_middleware(AttendeeGuard, exempt="/presenter")
+    app.add_middleware(LoginThrottle)
+    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.host))  # outermost: checked first
     return WorkshopApp(app, room, signin, presenter, attendee, room_chat)
+
+
+def server_config(workshop: WorkshopApp, settings: WorkshopSettings, **overrides: Any) -> Any:
+    """uvicorn's Config: X-Forwarded-For is read only from the presenter's --trusted-proxy
+    (uvicorn would otherwise trust it from 127.0.0.1, and a same-host user could rotate it)."""
+    import uvicorn
+
+    proxy = settings.trusted_proxy
+    options: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_level": "warning",
+                               "timeout_graceful_shutdown": 3, "proxy_headers": proxy is not None,
+                               "forwarded_allow_ips": proxy or "", **overrides}
+    return uvicorn.Config(workshop.app, **options)
 
 
 def serve_workshop(workshop: WorkshopApp, settings: WorkshopSettings) -> None:
     """Serve until Ctrl-C or SIGTERM (uvicorn stops the queues; atexit stops a launched server)."""
     import uvicorn
 
-    # One process: the queue, the room and the sign-in key live in memory.
-    uvicorn.run(workshop.app, host=settings.host, port=settings.port, log_level="warning",
-                timeout_graceful_shutdown=3)
+    # One process: the queue, the room and the sessions live in memory.
+    uvicorn.Server(server_config(workshop, settings)).run()

@@ -1,6 +1,11 @@
 """The room: who is signed in, who has a turn running, each attendee's last
 figures, the presenter's limits and broadcasts. Pure state, no I/O, no UI.
 
+A sign-in is a random session id (the cookie carries it, not the name): the first
+sign-in claims a name and others are refused it while it is held. A name is held
+until its attendee leaves, is removed by the presenter, or has been idle
+`RoomLimits.idle_expire_s`; then their stored conversation is released too.
+
 Every method takes the room's lock, so the presenter's (threaded) handlers and
 the attendees' (async) handlers can call it at once. Times are `clock()`
 seconds (time.time by default; tests pass their own clock).
@@ -9,6 +14,7 @@ seconds (time.time by default; tests pass their own clock).
 from __future__ import annotations
 
 import itertools
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +22,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from workbench.errors import RoomError
+from workbench.workshop.signin import name_key
+from workbench.workshop.throttle import RateLimit
 
 __all__ = ["DEFAULT_MAX_TOKENS", "Attendee", "Broadcast", "Room", "RoomLimits", "RoomSnapshot", "TurnTicket"]
 
@@ -30,19 +38,40 @@ BROADCAST_FRESH_S = 120.0
 ROOM_REDRAWS_PER_S = 250.0
 MIN_REDRAW_S = 0.1
 MAX_REDRAW_S = 0.5
+# New names per client address: a room's worth at once (a room behind one NAT is one
+# address), then one every SIGNIN_EVERY_S. A flood of made-up names stops there.
+SIGNIN_BURST = 64
+SIGNIN_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
 class RoomLimits:
-    """What the presenter allows each attendee."""
+    """What the presenter allows each attendee (the Room tab changes them live)."""
 
     one_turn_at_a_time: bool = True
     max_tokens: int | None = DEFAULT_MAX_TOKENS  # cap on each request's max_tokens; None: no cap
+    max_attendees: int = 200  # the room's size: names held at once
+    # Turns running at once from one client address. A room behind one NAT is one
+    # address, so the default lets 32 attendees send together (the room's capacity
+    # target); lower it when attendees have their own addresses.
+    turns_per_address: int = 32
+    max_message_chars: int = 8_000  # one message
+    max_history_chars: int = 48_000  # the conversation re-sent with each message (and kept per attendee)
+    tools_allowed: bool = True  # attendees may turn on the workbench's tools
+    idle_expire_s: float = 1800.0  # an attendee gone this long (no page open, no turn) is signed out
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and self.max_tokens < 1:
             raise RoomError(f"The max_tokens cap must be at least 1, not {self.max_tokens}.",
                             hint="Set a positive cap, or leave it empty for no cap.")
+        for what, value, least in (("room size", self.max_attendees, 1), ("turns per address", self.turns_per_address, 1),
+                                   ("message limit", self.max_message_chars, 1),
+                                   ("history limit", self.max_history_chars, 1), ("idle time", self.idle_expire_s, 60)):
+            if not value >= least:
+                raise RoomError(f"The {what} must be at least {least}, not {value}.", hint=f"Set the {what} to {least} or more.")
+        if self.max_history_chars < self.max_message_chars:
+            raise RoomError("The history limit is below the message limit: no message would fit.",
+                            hint="Set the history limit at least as high as the message limit.")
 
     def cap(self, requested: int | None) -> int | None:
         """The max_tokens a request may use: the attendee's, never above the cap."""
@@ -58,6 +87,7 @@ class Attendee:
     name: str
     signed_in_at: float
     last_seen_at: float
+    address: str = ""
     turns_running: int = 0
     turn_started_at: float | None = None
     turns: int = 0
@@ -81,6 +111,7 @@ class TurnTicket:
     name: str
     started_at: float
     max_tokens: int | None
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,21 +133,24 @@ class RoomSnapshot:
     turns_running: int
     turns_finished: int
     last_broadcast: Broadcast | None
+    banned: tuple[str, ...] = ()
 
     def present(self) -> list[Attendee]:
         return [a for a in self.attendees if self.taken_at - a.last_seen_at <= AWAY_AFTER_S or a.turns_running]
 
 
 class Room:
-    """The workshop room. Names are identities: the sign-in (workbench.workshop.signin)
-    decides who may use a name; the room only keeps what each name did."""
+    """The workshop room. Attendees are kept by name (compared by `name_key`); a
+    session id (from `sign_in`) says which attendee a request is from."""
 
     def __init__(self, limits: RoomLimits | None = None, *, clock: Callable[[], float] = time.time,
-                 max_attendees: int = 500) -> None:
+                 signins: RateLimit | None = None) -> None:
         self._limits = limits or RoomLimits()
         self._clock = clock
-        self._max_attendees = max_attendees
-        self._attendees: dict[str, Attendee] = {}
+        self._signins = signins or RateLimit(SIGNIN_BURST, 1.0 / SIGNIN_EVERY_S, clock=clock)
+        self._attendees: dict[str, Attendee] = {}  # name_key -> attendee
+        self._sessions: dict[str, str] = {}  # session id -> name_key
+        self._banned: dict[str, str] = {}  # name_key -> the name as the presenter banned it
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._running: dict[int, TurnTicket] = {}
@@ -124,34 +158,95 @@ class Room:
         self._broadcasts: list[Broadcast] = []
 
     # -- who is here
-    def sign_in(self, name: str) -> Attendee:
-        """Record `name` as signed in (again: a reload or a second device keeps its figures)."""
+    def sign_in(self, name: str, address: str = "") -> str:
+        """Claim `name` (already normalised by SignIn) for a new session; its id, or a
+        RoomError (the name is held or banned, the room is full, too many new names
+        from this address)."""
+        key = name_key(name)
         now = self._clock()
         with self._lock:
-            attendee = self._attendees.get(name)
-            if attendee is None:
-                if len(self._attendees) >= self._max_attendees:
-                    raise RoomError(f"The room is full ({self._max_attendees} attendees).",
-                                    hint="Ask the presenter to raise the limit.")
-                attendee = self._attendees[name] = Attendee(name, now, now)
-            attendee.last_seen_at = now
-            return replace(attendee)
+            self._expire_idle(now)
+            if key in self._banned:
+                raise RoomError(f"The presenter has removed {name!r} from this room.",
+                                hint="Ask the presenter if this is a mistake.")
+            if key in self._attendees:
+                raise RoomError(f"Someone in the room is already signed in as {self._attendees[key].name!r}.",
+                                hint="Choose another name (add an initial). If it is you on another device or "
+                                "after clearing cookies, ask the presenter to release the name.")
+            if len(self._attendees) >= self._limits.max_attendees:
+                raise RoomError(f"The room is full ({self._limits.max_attendees} attendees).",
+                                hint="Ask the presenter to raise the room size.")
+            wait = self._signins.take(address)
+            if wait:
+                raise RoomError("Too many new names signed in from your network just now.",
+                                hint=f"Try again in {wait:.0f} s.")
+            session = secrets.token_urlsafe(32)
+            self._attendees[key] = Attendee(name, now, now, address=address)
+            self._sessions[session] = key
+            return session
+
+    def name_for(self, session: str | None) -> str | None:
+        """The name a session holds, or None (unknown, ended, removed, expired)."""
+        if not session:
+            return None
+        with self._lock:
+            key = self._sessions.get(session)
+            attendee = self._attendees.get(key) if key is not None else None
+            return None if attendee is None else attendee.name
 
     def is_signed_in(self, name: str | None) -> bool:
         with self._lock:
-            return name is not None and name in self._attendees
+            return name is not None and name_key(name) in self._attendees
 
     def seen(self, name: str) -> None:
         """The attendee's page is open (its timer ticked)."""
         with self._lock:
-            attendee = self._attendees.get(name)
+            attendee = self._attendees.get(name_key(name))
             if attendee is not None:
                 attendee.last_seen_at = self._clock()
 
-    def remove(self, name: str) -> bool:
-        """Forget an attendee; their sign-in no longer works (the sign-in checks is_signed_in)."""
+    def leave(self, session: str | None) -> None:
+        """The attendee signed out: the name is free again and their conversation released."""
         with self._lock:
-            return self._attendees.pop(name, None) is not None
+            key = self._sessions.get(session or "")
+            if key is not None:
+                self._drop(key)
+
+    def remove(self, name: str) -> str | None:
+        """Sign an attendee out (the presenter's Remove, or Release a name someone lost):
+        their session ends, the name is free, their conversation is released. The name
+        as they held it, or None if nobody did."""
+        with self._lock:
+            return self._drop(name_key(name))
+
+    def ban(self, name: str) -> None:
+        """Remove an attendee and refuse their name (in any case or look-alike spelling)."""
+        with self._lock:
+            key = name_key(name)
+            held = self._attendees.get(key)
+            self._banned[key] = held.name if held else name
+            self._drop(key)
+
+    def unban(self, name: str) -> bool:
+        with self._lock:
+            return self._banned.pop(name_key(name), None) is not None
+
+    def _drop(self, key: str) -> str | None:
+        attendee = self._attendees.pop(key, None)
+        if attendee is None:
+            return None
+        for session in [s for s, k in self._sessions.items() if k == key]:
+            del self._sessions[session]
+        return attendee.name
+
+    def _expire_idle(self, now: float) -> None:
+        idle = self._limits.idle_expire_s
+        for key in [k for k, a in self._attendees.items() if not a.turns_running and now - a.last_seen_at > idle]:
+            self._drop(key)
+
+    def expire_idle(self) -> None:
+        with self._lock:
+            self._expire_idle(self._clock())
 
     # -- limits
     @property
@@ -164,17 +259,22 @@ class Room:
             self._limits = limits
 
     # -- turns
-    def begin_turn(self, name: str, requested_max_tokens: int | None = None) -> TurnTicket:
-        """Let a turn start, or refuse with why (not signed in; a turn already running)."""
+    def begin_turn(self, name: str, requested_max_tokens: int | None = None, address: str = "") -> TurnTicket:
+        """Let a turn start, or refuse with why (not signed in; a turn already running;
+        too many turns from this address)."""
         now = self._clock()
         with self._lock:
-            attendee = self._attendees.get(name)
+            attendee = self._attendees.get(name_key(name))
             if attendee is None:
                 raise RoomError("You are not signed in to this room.", hint="Open the page again and sign in.")
             if self._limits.one_turn_at_a_time and attendee.turns_running:
                 raise RoomError("Your previous message is still being answered.",
                                 hint="Wait for it to finish, or press Stop; the presenter allows one turn at a time.")
-            ticket = TurnTicket(next(self._ids), name, now, self._limits.cap(requested_max_tokens))
+            from_here = sum(1 for t in self._running.values() if t.address == address)
+            if from_here >= self._limits.turns_per_address:
+                raise RoomError(f"{from_here} messages from your network are being answered already, the most the "
+                                "presenter allows at once.", hint="Send again in a few seconds.")
+            ticket = TurnTicket(next(self._ids), attendee.name, now, self._limits.cap(requested_max_tokens), address)
             self._running[ticket.id] = ticket
             attendee.turns_running += 1
             attendee.turn_started_at = now
@@ -188,7 +288,7 @@ class Room:
             if self._running.pop(ticket.id, None) is None:
                 return
             self._turns_finished += 1
-            attendee = self._attendees.get(ticket.name)
+            attendee = self._attendees.get(name_key(ticket.name))
             if attendee is None:
                 return
             attendee.turns_running = max(0, attendee.turns_running - 1)
@@ -214,13 +314,13 @@ class Room:
     # -- each attendee's conversation, kept so a reload shows it again
     def save_conversation(self, name: str, conversation: dict[str, Any]) -> None:
         with self._lock:
-            attendee = self._attendees.get(name)
+            attendee = self._attendees.get(name_key(name))
             if attendee is not None:
                 attendee.saved_conversation = conversation
 
     def saved_conversation(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            attendee = self._attendees.get(name)
+            attendee = self._attendees.get(name_key(name))
             return None if attendee is None else attendee.saved_conversation
 
     # -- broadcasts
@@ -249,6 +349,7 @@ class Room:
     # -- the presenter's view
     def snapshot(self) -> RoomSnapshot:
         with self._lock:
+            self._expire_idle(self._clock())
             return RoomSnapshot(
                 taken_at=self._clock(),
                 attendees=tuple(replace(a) for a in sorted(self._attendees.values(), key=lambda a: a.signed_in_at)),
@@ -256,4 +357,5 @@ class Room:
                 turns_running=len(self._running),
                 turns_finished=self._turns_finished,
                 last_broadcast=self._broadcasts[-1] if self._broadcasts else None,
+                banned=tuple(sorted(self._banned.values())),
             )

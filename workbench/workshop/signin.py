@@ -1,38 +1,57 @@
-"""Signing in to the room: a name and the room code, then a signed token.
+"""Signing in to the room: a name and the room code.
 
-The token is `<name, base64url>.<HMAC-SHA256 of the name>` under a key made
-fresh for each run of the app, so it cannot be forged without the key, holds no
-secret (not the room code), and stops working when the app restarts (attendees
-sign in again). Wrong codes are throttled per client address.
+Names are NFKC-normalised, spaces collapsed, and refused when their letters mix
+scripts (a Cyrillic "а" in a Latin name); two names that differ only in case or
+in Latin look-alike letters are one name (`name_key`). The room code is checked
+after the address's wait (`workbench.workshop.throttle.FailureDelay`): wrong codes
+slow that address, the right code is never refused for them. Who holds which name
+(the random session in the cookie) is the room's business (room.py).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import re
-import secrets
-import threading
-import time
-from collections import deque
-from collections.abc import Callable
+import unicodedata
 
 from workbench.errors import RoomError
+from workbench.workshop.throttle import FailureDelay
 
-__all__ = ["COOKIE_NAME", "MAX_NAME_LENGTH", "SignIn", "normalize_name"]
+__all__ = ["COOKIE_NAME", "MAX_NAME_LENGTH", "SignIn", "name_key", "normalize_name"]
 
 COOKIE_NAME = "workbench_attendee"
 MAX_NAME_LENGTH = 40
 # Letters and digits of any script, spaces and . ' - _ : nothing a page could read as markup.
 _NAME_RE = re.compile(r"^[^\W][\w .'-]*$")
-FAILURES_ALLOWED = 8  # wrong codes per client address ...
-FAILURE_WINDOW_S = 60.0  # ... within this many seconds, then refused until the window passes
+# Wrong codes: the first FREE_FAILURES in a minute from one address (a big room's typos
+# behind one NAT) cost nothing; then that address's attempts are checked one at a time,
+# CODE_SPACING_S apart, doubling to CODE_MAX_SPACING_S; past CODE_MAX_WAIT_S queued: "busy".
+FREE_FAILURES = 20
+FAILURE_WINDOW_S = 60.0
+CODE_SPACING_S = 0.5
+CODE_MAX_SPACING_S = 2.0
+CODE_MAX_WAIT_S = 20.0
+# Scripts that are written together (Japanese mixes kanji and kana; Korean, hanja).
+_SCRIPT_FAMILY = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK", "CJK": "CJK", "KATAKANA-HIRAGANA": "CJK"}
+# Cyrillic and Greek letters drawn like Latin ones: a name written wholly in them
+# ("Аdа" typed on a Cyrillic keyboard is refused as mixed; "Ерос" is all Cyrillic)
+# still claims the Latin name it looks like.
+_LOOKALIKES = str.maketrans("аеорсухіјѕԁһкмтвнαεορτυχινκμ", "aeopcyxijsdhkmtbhaeoptuxivkm")
+
+
+def _script(char: str) -> str | None:
+    if not char.isalpha():
+        return None
+    try:
+        first = unicodedata.name(char).split()[0]
+    except ValueError:
+        return "UNKNOWN"
+    return _SCRIPT_FAMILY.get(first, first)
 
 
 def normalize_name(name: str | None) -> str:
-    """The name as the room keeps it (spaces collapsed), or a RoomError saying what to change."""
-    cleaned = " ".join((name or "").split())
+    """The name as the room keeps it (NFKC, spaces collapsed), or a RoomError saying what to change."""
+    cleaned = " ".join(unicodedata.normalize("NFKC", name or "").split())
     if not cleaned:
         raise RoomError("Type your name to sign in.", hint="Any name the presenter will recognise, e.g. Ada L.")
     if len(cleaned) > MAX_NAME_LENGTH:
@@ -41,68 +60,50 @@ def normalize_name(name: str | None) -> str:
     if not _NAME_RE.match(cleaned):
         raise RoomError("A name may hold letters, digits, spaces and . ' - _ only, starting with a letter or digit.",
                         hint="Remove the other characters.")
+    scripts = {s for s in map(_script, cleaned) if s is not None}
+    if len(scripts) > 1:
+        raise RoomError(f"That name mixes scripts ({', '.join(sorted(s.title() for s in scripts))}).",
+                        hint="Write your name in one script (letters that look alike from another are refused).")
     return cleaned
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+def name_key(name: str) -> str:
+    """What two names are compared by: casefolded, look-alike letters as the Latin ones."""
+    return unicodedata.normalize("NFKC", name.casefold()).translate(_LOOKALIKES)
 
 
 class SignIn:
-    """Checks names and the room code, and issues and reads sign-in tokens.
+    """Checks names and the room code. room_code None: no code is asked (only on
+    loopback; the settings refuse otherwise)."""
 
-    room_code None: no code is asked (only on loopback; the CLI refuses otherwise)."""
-
-    def __init__(self, room_code: str | None, *, key: bytes | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, room_code: str | None, *, failures: FailureDelay | None = None) -> None:
         self._code = room_code.encode() if room_code else None
-        self._key = key or secrets.token_bytes(32)
-        self._clock = clock
-        self._failures: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
+        self.failures = failures or FailureDelay(free=FREE_FAILURES, window_s=FAILURE_WINDOW_S,
+                                                 base_s=CODE_SPACING_S, max_s=CODE_MAX_SPACING_S,
+                                                 max_wait_s=CODE_MAX_WAIT_S)
 
     @property
     def code_required(self) -> bool:
         return self._code is not None
 
+    def wait_before_check(self, client: str) -> float:
+        """Seconds this address's attempt must wait before `check` (0.0 mostly); a RoomError
+        when it already has a queue of attempts waiting (nothing is checked then)."""
+        if self._code is None:
+            return 0.0
+        wait = self.failures.reserve(client)
+        if wait is None:
+            raise RoomError("Many sign-ins with a wrong room code came from your network just now; yours was not "
+                            "checked.", hint="Wait half a minute, then try again.")
+        return wait
+
     def check(self, name: str | None, code: str | None, client: str = "") -> str:
-        """The normalised name if the code is right; else a RoomError (throttled per `client`)."""
+        """The normalised name if the code is right; else a RoomError (the failure is counted
+        for `client`). Call after waiting `wait_before_check(client)` seconds."""
         cleaned = normalize_name(name)
         if self._code is None:
             return cleaned
-        now = self._clock()
-        with self._lock:
-            recent = self._failures.setdefault(client, deque())
-            while recent and now - recent[0] > FAILURE_WINDOW_S:
-                recent.popleft()
-            if len(recent) >= FAILURES_ALLOWED:
-                raise RoomError("Too many wrong room codes from this computer.",
-                                hint="Wait a minute, then type the code exactly as the presenter shows it.")
         if hmac.compare_digest((code or "").strip().encode(), self._code):
             return cleaned
-        with self._lock:
-            self._failures.setdefault(client, deque()).append(now)
+        self.failures.failed(client)
         raise RoomError("That room code is not right.", hint="Type the code exactly as the presenter shows it.")
-
-    def token_for(self, name: str) -> str:
-        encoded = _b64(name.encode())
-        return f"{encoded}.{self._signature(encoded)}"
-
-    def name_from(self, token: str | None) -> str | None:
-        """The name a token was issued for, or None (missing, malformed, forged, or from an earlier run)."""
-        if not token or token.count(".") != 1:
-            return None
-        encoded, signature = token.split(".")
-        if not hmac.compare_digest(signature, self._signature(encoded)):
-            return None
-        try:
-            return _unb64(encoded).decode()
-        except (ValueError, UnicodeDecodeError):
-            return None
-
-    def _signature(self, encoded: str) -> str:
-        return _b64(hmac.new(self._key, encoded.encode(), hashlib.sha256).digest())

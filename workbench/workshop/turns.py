@@ -9,6 +9,7 @@ no thread and opens no new connection pool per turn.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -20,11 +21,23 @@ from workbench.chat.tools import builtin_tools
 from workbench.errors import RoomError, WorkbenchError
 from workbench.workshop.room import Room
 
-__all__ = ["AttendeeChat", "AttendeeOptions", "RoomChat", "ServerResolver"]
+__all__ = ["AttendeeChat", "AttendeeOptions", "RoomChat", "ServerResolver", "conversation_chars", "public_text"]
 
 # () -> (base URL, model) of the ready server, or (None, why there is none).
 ServerResolver = Callable[[], tuple[str | None, str]]
 SERVER_TTL_S = 2.0
+# An absolute path of two parts or more (the server's error texts name its model's folder).
+_PATH_RE = re.compile(r"(?<![\w/.:])(?:/[\w.@+-]+){2,}/?")
+
+
+def public_text(text: str) -> str:
+    """`text` with this machine's paths cut to their last part, for attendees' eyes."""
+    return _PATH_RE.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
+
+
+def conversation_chars(conversation: Conversation) -> int:
+    """Characters the conversation sends back with the next message (reasoning is not re-sent)."""
+    return sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in conversation.messages)
 
 
 @dataclass
@@ -105,7 +118,8 @@ class RoomChat:
             self._http, self._http_loop = self._new_http_client(), loop
         return self._http
 
-    def _options(self, chat: AttendeeChat, model: str, max_tokens: int | None) -> ChatOptions:
+    def chat_options(self, chat: AttendeeChat, model: str, max_tokens: int | None) -> ChatOptions:
+        """The request options of `chat`'s next turn, within the room's limits (tools only if the presenter allows)."""
         temperature = chat.options.temperature
         return ChatOptions(
             model=model,
@@ -113,7 +127,7 @@ class RoomChat:
             top_p=float(self.sampling["top_p"]),
             max_tokens=max_tokens,
             reasoning=chat.options.reasoning,
-            use_tools=chat.options.use_tools,
+            use_tools=chat.options.use_tools and self.room.limits.tools_allowed,
         )
 
     def _session(self, chat: AttendeeChat, base_url: str, options: ChatOptions) -> ChatSession:
@@ -127,6 +141,11 @@ class RoomChat:
                                    http_client=self._http_client())
         return chat.session
 
+    @staticmethod
+    def forget(chat: AttendeeChat) -> None:
+        """Release what a signed-out attendee's page still holds."""
+        chat.session, chat.restored, chat.last, chat.display = None, None, None, []
+
     def restore(self, chat: AttendeeChat, name: str) -> None:
         """A new page of a known attendee: their last conversation, as the room kept it."""
         chat.bind(name)
@@ -137,21 +156,33 @@ class RoomChat:
             except WorkbenchError:
                 chat.restored = None
 
-    async def turn(self, chat: AttendeeChat, name: str, text: str) -> AsyncIterator[TurnTranscript]:
-        """Run one turn of `name`'s conversation; raises RoomError before it starts
-        when the room refuses it (not signed in, a turn already running, no server)."""
+    def check_size(self, chat: AttendeeChat, text: str) -> None:
+        """Refuse a message, or a conversation, over the room's limits (in characters)."""
+        limits = self.room.limits
+        if len(text) > limits.max_message_chars:
+            raise RoomError(f"Your message is {len(text):,} characters long; the room's limit is "
+                            f"{limits.max_message_chars:,}.", hint="Shorten it, or send it in parts.")
+        total = conversation_chars(chat.conversation()) + len(text)
+        if total > limits.max_history_chars:
+            raise RoomError(f"This conversation would be {total:,} characters long with your message; the room's "
+                            f"limit is {limits.max_history_chars:,}.", hint="Press Clear to start a new conversation.")
+
+    async def turn(self, chat: AttendeeChat, name: str, text: str, address: str = "") -> AsyncIterator[TurnTranscript]:
+        """Run one turn of `name`'s conversation; raises RoomError before it starts when the
+        room refuses it (not signed in, too long, a turn already running, no server)."""
         chat.bind(name)
-        if not (text or "").strip():
+        if not isinstance(text, str) or not text.strip():
             raise RoomError("The message is empty.", hint="Type a message, then send.")
+        self.check_size(chat, text)
         base_url, model = await self._server()
         if base_url is None:
             raise RoomError("The model is not being served right now.",
                             hint="Wait for the presenter to start it, then send again.")
-        ticket = self.room.begin_turn(name, chat.options.max_tokens)
+        ticket = self.room.begin_turn(name, chat.options.max_tokens, address)
         transcript = TurnTranscript(text)
         error: str | None = None
         try:
-            session = self._session(chat, base_url, self._options(chat, model, ticket.max_tokens))
+            session = self._session(chat, base_url, self.chat_options(chat, model, ticket.max_tokens))
             last = 0.0
             async for event in session.astream(text):
                 changed = transcript.apply(event)

@@ -1,0 +1,156 @@
+"""ASGI guards in front of the Gradio apps (pure ASGI: SSE streams pass through untouched).
+
+    HostCheck       answers only the app's own host names: a web page whose name rebinds
+                    to 127.0.0.1 (DNS rebinding) gets 421, not the single-user UI
+    LoginThrottle   wrong logins (Gradio's POST .../login) slow that address down, and a
+                    lockout that ends: the right password waits at most LOGIN_MAX_S
+    AttendeeGuard   the attendee app takes no files (Gradio's upload routes answer 403)
+                    and no request body over MAX_ATTENDEE_BODY bytes (413)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from workbench.workshop.throttle import FailureDelay
+
+__all__ = ["AttendeeGuard", "HostCheck", "LoginThrottle", "allowed_hosts", "login_throttle"]
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+WILDCARDS = ("0.0.0.0", "::", "")
+# Logins: 5 wrong in 5 minutes are free; then one check per 1 s, 2 s, 4 s ... up to LOGIN_MAX_S
+# apart; an address with over a minute of attempts queued is told to come back.
+LOGIN_FREE, LOGIN_WINDOW_S, LOGIN_BASE_S, LOGIN_MAX_S, LOGIN_MAX_WAIT_S = 5, 300.0, 1.0, 30.0, 60.0
+MAX_ATTENDEE_BODY = 256 * 1024  # a message at the room's largest limit is far below this
+# Gradio routes that take files or media from the page; the attendee app has no such input.
+UPLOAD_PATHS = ("/gradio_api/upload", "/gradio_api/upload_progress", "/gradio_api/process_recording",
+                "/gradio_api/stream", "/gradio_api/vibe", "/gradio_api/mcp", "/upload")
+
+
+async def _plain(send: Any, status: int, text: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    body = text.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def allowed_hosts(bind_host: str) -> frozenset[str] | None:
+    """The Host names an app bound to `bind_host` answers (None: any, for a wildcard bind,
+    which the CLI allows only behind a password)."""
+    if bind_host in WILDCARDS:
+        return None
+    return frozenset({*LOOPBACK_NAMES, bind_host.strip("[]").lower()})
+
+
+def _host_name(headers: list[tuple[bytes, bytes]]) -> str:
+    raw = next((v for k, v in headers if k == b"host"), b"").decode("latin-1").strip().lower()
+    if raw.startswith("["):  # [::1]:7860
+        return raw[1:raw.find("]")] if "]" in raw else raw
+    name, _, port = raw.rpartition(":")
+    if name and port.isdigit():
+        return name
+    return raw
+
+
+class HostCheck:
+    """421 for any Host not in `hosts` (HTTP and websockets)."""
+
+    def __init__(self, app: Any, hosts: frozenset[str] | None) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self.hosts is not None and scope["type"] in ("http", "websocket"):
+            host = _host_name(scope.get("headers", []))
+            if host not in self.hosts and not _is_loopback_ip(host):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                await _plain(send, 421, f"This app answers only {', '.join(sorted(self.hosts))}, not {host!r}.")
+                return
+        await self.app(scope, receive, send)
+
+
+def _is_loopback_ip(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def login_throttle() -> FailureDelay:
+    return FailureDelay(free=LOGIN_FREE, window_s=LOGIN_WINDOW_S, base_s=LOGIN_BASE_S, max_s=LOGIN_MAX_S,
+                        max_wait_s=LOGIN_MAX_WAIT_S)
+
+
+class LoginThrottle:
+    """Slows wrong logins per client address: each POST to a path ending in /login waits
+    its turn (`FailureDelay`), and an answer other than 200 counts as a failure."""
+
+    def __init__(self, app: Any, failures: FailureDelay | None = None) -> None:
+        self.app = app
+        self.failures = failures or login_throttle()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "").rstrip("/")
+        if scope["type"] != "http" or scope.get("method") != "POST" or not path.endswith("/login"):
+            await self.app(scope, receive, send)
+            return
+        address = (scope.get("client") or ("", 0))[0]
+        wait = self.failures.reserve(address)
+        if wait is None:
+            await _plain(send, 429, json.dumps({"detail": "Too many wrong logins from this address: try again in a "
+                                                          "minute."}), [(b"retry-after", b"60")])
+            return
+        if wait:
+            await asyncio.sleep(wait)
+        status: list[int] = []
+
+        async def watch(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if status and status[0] != 200:
+            self.failures.failed(address)
+
+
+class AttendeeGuard:
+    """The attendee app's door: no uploads, no oversized bodies. Paths under
+    `exempt` (the presenter's mount, behind its own login) pass untouched."""
+
+    def __init__(self, app: Any, exempt: str = "/presenter", max_body: int = MAX_ATTENDEE_BODY) -> None:
+        self.app = app
+        self.exempt = exempt
+        self.max_body = max_body
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path == self.exempt or path.startswith(self.exempt + "/"):
+            await self.app(scope, receive, send)
+            return
+        if any(path == p or path.startswith(p + "/") or path.startswith(p + "-") for p in UPLOAD_PATHS):
+            await _plain(send, 403, "Attendees cannot upload files.")
+            return
+        length = next((v for k, v in scope.get("headers", []) if k == b"content-length"), None)
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await _plain(send, 413, f"A request to the room may hold at most {self.max_body // 1024} KiB.")
+            return
+        received = 0
+
+        async def counted() -> dict[str, Any]:
+            nonlocal received
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body:  # a chunked body without a length: hang up on it
+                    return {"type": "http.disconnect"}
+            return message
+
+        await self.app(scope, counted, send)
