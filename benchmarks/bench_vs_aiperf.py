@@ -58,9 +58,9 @@ def truth_of(records: list[dict[str, int]]) -> dict[str, float]:
             "send_lag_ms": max(t["max_send_lag_ns"] for t in records) / 1e6}
 
 
-def run_workbench(url: str, level: int, requests: int) -> tuple[dict[str, float], str]:
+def run_workbench(url: str, level: int, requests: int, warmup: int) -> tuple[dict[str, float], str]:
     config = BenchConfig(url=url, input_tokens=ISL, output_tokens=OSL, concurrency=level, requests=requests,
-                         warmup_requests=min(level, 8))
+                         warmup_requests=warmup)
     result = run_benchmark(config)
     s = result.summary
     if s.errors:
@@ -74,10 +74,10 @@ def aiperf_bin() -> Path:
     return Path(os.environ.get("AIPERF_BIN", ROOT / ".venv-aiperf" / "bin" / "aiperf"))
 
 
-def run_aiperf(url: str, level: int, requests: int, tokenizer: Path, out: Path) -> dict[str, float]:
+def run_aiperf(url: str, level: int, requests: int, warmup: int, tokenizer: Path, out: Path) -> dict[str, float]:
     argv = [str(aiperf_bin()), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming",
             "--concurrency", str(level), "--request-count", str(requests),
-            "--warmup-request-count", str(min(level, 8)),
+            "--warmup-request-count", str(warmup),
             "--synthetic-input-tokens-mean", str(ISL), "--synthetic-input-tokens-stddev", "0",
             "--output-tokens-mean", str(OSL), "--output-tokens-stddev", "0",
             "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OSL}",
@@ -104,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream in each run")
     parser.add_argument("--tokenizer", type=Path, help="aiperf's tokenizer folder (default: the CPU demo model's)")
     parser.add_argument("--no-aiperf", action="store_true")
+    parser.add_argument("--warmup", type=int, help="warm-up requests per run (default: min(streams, 8))")
     args = parser.parse_args()
     tokenizer = args.tokenizer
     if tokenizer is None and not args.no_aiperf:
@@ -118,13 +119,14 @@ def main() -> None:
         for level in (int(x) for x in args.levels.split(",")):
             requests = max(8, args.rounds * level)
             seen = len(timings(url))
-            ours, lag = run_workbench(url, level, requests)
+            warmup = min(level, 8) if args.warmup is None else args.warmup
+            ours, lag = run_workbench(url, level, requests, warmup)
             ours_truth = truth_of(sorted(timings(url)[seen:], key=lambda t: t["arrival_ns"])[-requests:])
             theirs: dict[str, float] | None = None
             theirs_truth = None
             if not args.no_aiperf:
                 seen = len(timings(url))
-                theirs = run_aiperf(url, level, requests, tokenizer, Path(tmp) / f"aiperf-c{level}")
+                theirs = run_aiperf(url, level, requests, warmup, tokenizer, Path(tmp) / f"aiperf-c{level}")
                 theirs_truth = truth_of(sorted(timings(url)[seen:], key=lambda t: t["arrival_ns"])[-requests:])
             rows.append((level, ours_truth, ours, lag, theirs_truth, theirs))
             print(f"done: concurrency {level}", file=sys.stderr, flush=True)

@@ -69,6 +69,12 @@ class RequestRecord:
     error: str | None = None
     target_input_tokens: int | None = None
     queued_ns: int | None = None  # when the client began the request (start_ns: when its bytes were sent)
+    # Session workloads (multiturn, agentic, trace): which session and turn (1-based) this was.
+    session: int | None = None
+    turn: int | None = None
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache
+    # served (vLLM reports it with --enable-prompt-tokens-details; None when not reported).
+    cached_tokens: int | None = None
 
     def add_event(self, at_ns: int, kind: ChunkKind) -> None:
         self.event_ns.append(at_ns)
@@ -164,7 +170,10 @@ class RequestRecord:
             "index": self.index,
             "ok": self.ok,
             "error": self.error or "",
+            "session": self.session,
+            "turn": self.turn,
             "input_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "output_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "first_chunk_tokens": self.first_chunk_tokens,
