@@ -126,8 +126,8 @@ class BenchConfig:
         if self.turn_output_tokens is not None and (not self.turn_output_tokens
                                                     or any(n < 1 for n in self.turn_output_tokens)):
             problems.append("every per-turn output length must be at least 1 (--turn-osl)")
-        if self.think_time_s < 0:
-            problems.append("think time cannot be negative (--think-time)")
+        if not 0 <= self.think_time_s < float("inf"):
+            problems.append("think time must be 0 or more seconds (--think-time)")
         if self.tool_call_tokens < 1:
             problems.append("tool_call_tokens must be at least 1 (--tool-call-osl)")
         return problems

@@ -126,7 +126,7 @@ def load_trace(path: Path | str) -> list[SessionPlan]:
         lines = path.read_text().splitlines()
     except FileNotFoundError as exc:
         raise WorkbenchError(f"No such trace file: {path}", hint="Pass --trace a JSONL file.") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise WorkbenchError(f"Cannot read the trace {path}: {exc}", hint="Pass --trace a JSONL text file.") from exc
     sessions: dict[str, SessionPlan] = {}
     for number, line in enumerate(lines, 1):
