@@ -201,12 +201,14 @@ def latency_svg(levels: Sequence[BenchResult], panel_width: int = 250, height: i
 def session_rows(levels: Sequence[BenchResult]) -> list[dict[str, Any]]:
     """One row per (configuration, turn, figure) of the session workloads among `levels`."""
     rows = []
-    for r in levels:
+    labels = [r.label for r in levels]
+    for i, r in enumerate(levels):
+        name = r.label if labels.count(r.label) == 1 else f"{r.label} (run {i + 1})"
         for turn in r.summary.per_turn or []:
             for title, key, scale in SESSION_FIGURES:
                 value = turn.get(key)
                 if value is not None:
-                    rows.append({"configuration": r.label, "turn": turn["turn"], "figure": title,
+                    rows.append({"configuration": name, "turn": turn["turn"], "figure": title,
                                  "value": value * scale})
     return rows
 
