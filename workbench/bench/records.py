@@ -170,10 +170,7 @@ class RequestRecord:
             "index": self.index,
             "ok": self.ok,
             "error": self.error or "",
-            "session": self.session,
-            "turn": self.turn,
             "input_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
             "output_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "first_chunk_tokens": self.first_chunk_tokens,
@@ -186,6 +183,9 @@ class RequestRecord:
             "prefill_tok_s_per_user": _round(self.prefill_tok_s),
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
+            "session": self.session,
+            "turn": self.turn,
+            "cached_tokens": self.cached_tokens,
         }
 
 
