@@ -146,12 +146,10 @@ class _FirstPrompts:
         return prompt if prompt is not None else await self.build(session, tokens)
 
 
-async def _session_setup(config: BenchConfig, session: aiohttp.ClientSession, max_model_len: int | None,
-                         counter: TokenCounter, reporter: _Reporter,
-                         on_warning: Callable[[str], None] | None) -> tuple[BenchConfig, list[SessionPlan],
-                                                                              _FirstPrompts, list[str]]:
-    """A session workload's plan, its first prompts, and the cache warnings, before the run."""
-    plans = plan_sessions(config)
+async def _session_setup(config: BenchConfig, plans: list[SessionPlan], session: aiohttp.ClientSession,
+                         max_model_len: int | None, counter: TokenCounter, reporter: _Reporter,
+                         on_warning: Callable[[str], None] | None) -> tuple[BenchConfig, _FirstPrompts, list[str]]:
+    """A session workload's first prompts and the cache warnings, before the run."""
     turns = sum(len(p.turns) for p in plans)
     longest = max(t.new_tokens for p in plans for t in p.turns)
     if max_model_len is not None and longest >= max_model_len:
@@ -166,7 +164,7 @@ async def _session_setup(config: BenchConfig, session: aiohttp.ClientSession, ma
     firsts = _FirstPrompts(counter, config.seed)
     reporter.start("preparing", len(plans), f"building the first prompt of {len(plans)} sessions ({counter.source})")
     await firsts.prepare(plans, lambda done: reporter.emit("preparing", done, len(plans)))
-    return config, plans, firsts, [f"WARNING: {w}" for w in warnings]
+    return config, firsts, [f"WARNING: {w}" for w in warnings]
 
 
 async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | None = None,
@@ -174,20 +172,19 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
                               on_warning: Callable[[str], None] | None = None) -> BenchResult:
     reporter = _Reporter(progress)
     reporter.start("connecting", None, f"reading the model from {config.url}/v1/models")
-    concurrency = config.concurrency if not config.is_session_workload else max(config.sessions, 1)
+    plans = plan_sessions(config) if config.is_session_workload else []  # a bad trace fails before connecting
+    concurrency = max(len(plans), 1) if plans else config.concurrency
     notes: list[str] = []
-    async with open_session(concurrency if config.workload != "trace" else 256, config.timeout_s) as session:
+    async with open_session(concurrency, config.timeout_s) as session:
         model, max_model_len = await _model(config, session, notes)
         if not config.is_session_workload:
             check_fits(config, max_model_len)
         template_kwargs = {"enable_thinking": config.reasoning}
         counter = await choose_counter(session, config.url, model, config.tokenizer, template_kwargs)
-        plans: list[SessionPlan] = []
-        if config.is_session_workload:
-            config, plans, firsts, warned = await _session_setup(config, session, max_model_len, counter, reporter,
-                                                                 on_warning)
+        if plans:
+            config, firsts, warned = await _session_setup(config, plans, session, max_model_len, counter, reporter,
+                                                          on_warning)
             notes += warned
-            concurrency = config.concurrency
         prompts = _PromptSource(PromptBuilder(counter, config.input_tokens, config.seed))
         ahead = config.requests if config.requests is not None else concurrency * 4
         total_prepared = config.warmup_requests + (0 if plans else ahead)
