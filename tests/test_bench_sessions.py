@@ -167,6 +167,17 @@ def test_session_figures_draw_one_line_per_configuration(server) -> None:
     assert "workload multiturn: 2 sessions x 3 turns" in text and "turn 3 against turn 1: TTFT" in text
 
 
+def test_sessions_that_would_outgrow_the_context_are_refused_before_sending(server) -> None:
+    # The fixed-rate server's max-model-len is 4096: 12 turns adding ~400 tokens each do not fit.
+    config = BenchConfig(url=server.base_url, workload="multiturn", sessions=2, turns=12, input_tokens=100,
+                         turn_input_tokens=400, warmup_requests=0)
+    seen = len(server.timings)
+    with pytest.raises(WorkbenchError) as caught:
+        run_benchmark(config)
+    assert "past this server's max-model-len of 4096" in caught.value.message and "--turns" in caught.value.hint
+    assert len(server.timings) == seen  # nothing was sent
+
+
 def test_bad_session_settings_say_what_to_change() -> None:
     with pytest.raises(WorkbenchError) as caught:
         BenchConfig(url="http://127.0.0.1:1", workload="chatty")

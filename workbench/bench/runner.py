@@ -38,7 +38,7 @@ from workbench.bench.load import send_load
 from workbench.bench.prompts import Prompt, PromptBuilder, TokenCounter, choose_counter
 from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult, SweepResult
-from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions
+from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions, session_context_estimate
 from workbench.bench.summary import summarize
 from workbench.errors import WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
@@ -151,10 +151,12 @@ async def _session_setup(config: BenchConfig, plans: list[SessionPlan], session:
                          on_warning: Callable[[str], None] | None) -> tuple[BenchConfig, _FirstPrompts, list[str]]:
     """A session workload's first prompts and the cache warnings, before the run."""
     turns = sum(len(p.turns) for p in plans)
-    longest = max(t.new_tokens for p in plans for t in p.turns)
-    if max_model_len is not None and longest >= max_model_len:
-        raise WorkbenchError(f"A turn of {longest} input tokens does not fit this server's max-model-len of "
-                             f"{max_model_len}.", hint="Shorten the trace's input_length (or --isl).")
+    reached = max(session_context_estimate(p) for p in plans)
+    if max_model_len is not None and reached > max_model_len:
+        raise WorkbenchError(
+            f"The sessions would reach about {reached} tokens of context, past this server's max-model-len of "
+            f"{max_model_len}.",
+            hint="Use fewer --turns, a smaller --turn-isl, --turn-osl or --isl (or a trace with shorter inputs).")
     config = replace(config, requests=turns, duration_s=None, concurrency=len(plans))
     _, warnings = await fetch_cache_warnings(session, config.url)
     for warning in warnings:

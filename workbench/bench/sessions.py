@@ -34,7 +34,7 @@ from workbench.bench.prompts import WORDS, Prompt
 from workbench.bench.records import RequestRecord
 from workbench.errors import WorkbenchError
 
-__all__ = ["SessionPlan", "Turn", "load_trace", "plan_sessions", "run_sessions", "words"]
+__all__ = ["SessionPlan", "Turn", "load_trace", "plan_sessions", "run_sessions", "session_context_estimate", "words"]
 
 # Tokens a chat template adds around one message (role tags): subtracted when a trace
 # gives a turn's whole input length and the new message's share has to be worked out.
@@ -59,6 +59,20 @@ class Turn:
 class SessionPlan:
     session: int
     turns: list[Turn] = field(default_factory=list)
+
+
+def session_context_estimate(plan: SessionPlan) -> int:
+    """About how many tokens a session's last turn holds (prompt + output), before running it."""
+    context = 0
+    for number, turn in enumerate(plan.turns, 1):
+        if turn.messages is not None or turn.input_length is not None:
+            context = turn.input_length or 0  # a trace says the whole input (messages: unknown here)
+        elif number == 1:
+            context = turn.new_tokens
+        else:
+            context += turn.new_tokens + 2 * MESSAGE_OVERHEAD_TOKENS  # the answer's and the new message's tags
+        context += turn.output_tokens
+    return context
 
 
 def words(rng: random.Random, count: int) -> str:
