@@ -21,6 +21,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -282,17 +283,38 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
     return result
 
 
+# The client's event loop: uvloop where installed (vLLM depends on it), asyncio's own otherwise;
+# WORKBENCH_BENCH_LOOP=asyncio forces asyncio's (see benchmarks/bench_vs_aiperf.py for the difference).
+LOOP_ENV = "WORKBENCH_BENCH_LOOP"
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if os.environ.get(LOOP_ENV, "uvloop") == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def _run_loop(coro_factory: Callable[[], Any]) -> Any:
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(coro_factory())
+
+
 def _run_sync(coro_factory: Callable[[], Any]) -> Any:
-    """asyncio.run, or in a worker thread when a loop already runs (Jupyter)."""
+    """A fresh event loop, or one in a worker thread when a loop already runs (Jupyter)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro_factory())
+        return _run_loop(coro_factory)
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(coro_factory())
+            box["value"] = _run_loop(coro_factory)
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
