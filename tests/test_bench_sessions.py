@@ -133,6 +133,21 @@ def test_cache_warnings_come_from_the_servers_cache_config() -> None:
     assert session_cache_warnings(None) == []
 
 
+def test_a_session_run_against_a_cache_that_cannot_hit_is_warned_about_before_it_starts() -> None:
+    heard: list[str] = []
+    phases: list[str] = []
+    labels = {"enable_prefix_caching": "True", "mamba_cache_mode": "align", "engine": "0"}
+    with FixedRateServer(decode_rate=1000, first_token_s=0.01, cache_config_labels=labels) as srv:
+        config = BenchConfig(url=srv.base_url, workload="agentic", sessions=2, turns=2, input_tokens=30,
+                             warmup_requests=0)
+        result = run_benchmark(config, progress=lambda p: phases.append(p.phase),
+                               on_warning=lambda w: heard.append(f"{w} (heard in phase {phases[-1]})"))
+    assert len(heard) == 1 and "mamba_cache_mode=align" in heard[0]
+    assert "vllm/issues/45238" in heard[0] and "(heard in phase connecting)" in heard[0]  # before any request
+    assert result.notes[0].startswith("WARNING: this server runs a hybrid (Mamba) model")
+    assert "WARNING: this server runs a hybrid" in format_result(result)
+
+
 def record(session: int, turn: int, prompt: int, cached: int | None) -> RequestRecord:
     r = RequestRecord(index=turn, start_ns=0, end_ns=3_000_000, event_ns=[1_000_000, 2_000_000, 2_500_000],
                       event_kinds="ccu", prompt_tokens=prompt, completion_tokens=2, session=session, turn=turn,
