@@ -58,26 +58,48 @@ def truth_of(records: list[dict[str, int]]) -> dict[str, float]:
             "send_lag_ms": max(t["max_send_lag_ns"] for t in records) / 1e6}
 
 
-def run_workbench(url: str, level: int, requests: int) -> tuple[dict[str, float], str]:
+def error_parts(records: list[Any], truth: list[dict[str, int]]) -> dict[str, float]:
+    """Where the workbench's TTFT error comes from, in mean ms over the same requests.
+
+    TTFT(client) - TTFT(server) = (server read the head - client sent it) + (body in - head in)
+    + (client read the first token - server wrote it); means of sums are sums of means, so
+    no request has to be matched to its server record. One clock (CLOCK_MONOTONIC) for both.
+    """
+    def mean(values: list[int]) -> float:
+        return statistics.mean(values) / 1e6
+
+    ok = [r for r in records if r.ok]
+    first_read = [r.start_ns + r.ttft_ns for r in ok]
+    last_read = [r.start_ns + r.e2e_ns for r in ok]
+    return {"send->head": mean([t["head_ns"] for t in truth]) - mean([r.start_ns for r in ok]),
+            "head->body": mean([t["arrival_ns"] - t["head_ns"] for t in truth]),
+            "write->read first": mean(first_read) - mean([t["first_sent_ns"] for t in truth]),
+            "write->read last": mean(last_read) - mean([t["last_sent_ns"] for t in truth]),
+            "server late first": mean([t["first_sent_ns"] - t["arrival_ns"] for t in truth]) - FIRST_TOKEN_S * 1e3,
+            "queued->send": mean([r.send_delay_ns or 0 for r in ok])}
+
+
+def run_workbench(url: str, level: int, requests: int, warmup: int) -> tuple[dict[str, float], str, list[Any]]:
     config = BenchConfig(url=url, input_tokens=ISL, output_tokens=OSL, concurrency=level, requests=requests,
-                         warmup_requests=min(level, 8))
+                         warmup_requests=warmup)
     result = run_benchmark(config)
     s = result.summary
     if s.errors:
         raise SystemExit(f"workbench: {s.errors} errors: {s.error_messages}")
     figures = {"TTFT mean": s.ttft_ms.mean, "E2E mean": s.e2e_ms.mean,
                "decode/user": s.decode_tok_s_per_user.mean, "output tok/s": s.output_tok_s}
-    return figures, result.client_lag.describe() if result.client_lag else "-"  # type: ignore[return-value]
+    lag = result.client_lag.describe() if result.client_lag else "-"
+    return figures, lag, result.records
 
 
 def aiperf_bin() -> Path:
     return Path(os.environ.get("AIPERF_BIN", ROOT / ".venv-aiperf" / "bin" / "aiperf"))
 
 
-def run_aiperf(url: str, level: int, requests: int, tokenizer: Path, out: Path) -> dict[str, float]:
+def run_aiperf(url: str, level: int, requests: int, warmup: int, tokenizer: Path, out: Path) -> dict[str, float]:
     argv = [str(aiperf_bin()), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming",
             "--concurrency", str(level), "--request-count", str(requests),
-            "--warmup-request-count", str(min(level, 8)),
+            "--warmup-request-count", str(warmup),
             "--synthetic-input-tokens-mean", str(ISL), "--synthetic-input-tokens-stddev", "0",
             "--output-tokens-mean", str(OSL), "--output-tokens-stddev", "0",
             "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OSL}",
@@ -104,6 +126,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream in each run")
     parser.add_argument("--tokenizer", type=Path, help="aiperf's tokenizer folder (default: the CPU demo model's)")
     parser.add_argument("--no-aiperf", action="store_true")
+    parser.add_argument("--warmup", type=int, help="warm-up requests per run (default: min(streams, 8))")
     args = parser.parse_args()
     tokenizer = args.tokenizer
     if tokenizer is None and not args.no_aiperf:
@@ -118,15 +141,18 @@ def main() -> None:
         for level in (int(x) for x in args.levels.split(",")):
             requests = max(8, args.rounds * level)
             seen = len(timings(url))
-            ours, lag = run_workbench(url, level, requests)
-            ours_truth = truth_of(sorted(timings(url)[seen:], key=lambda t: t["arrival_ns"])[-requests:])
+            warmup = min(level, 8) if args.warmup is None else args.warmup
+            ours, lag, records = run_workbench(url, level, requests, warmup)
+            ours_records = sorted(timings(url)[seen:], key=lambda t: t["arrival_ns"])[-requests:]
+            ours_truth = truth_of(ours_records)
+            parts = error_parts(records, ours_records)
             theirs: dict[str, float] | None = None
             theirs_truth = None
             if not args.no_aiperf:
                 seen = len(timings(url))
-                theirs = run_aiperf(url, level, requests, tokenizer, Path(tmp) / f"aiperf-c{level}")
+                theirs = run_aiperf(url, level, requests, warmup, tokenizer, Path(tmp) / f"aiperf-c{level}")
                 theirs_truth = truth_of(sorted(timings(url)[seen:], key=lambda t: t["arrival_ns"])[-requests:])
-            rows.append((level, ours_truth, ours, lag, theirs_truth, theirs))
+            rows.append((level, ours_truth, ours, lag, theirs_truth, theirs, parts))
             print(f"done: concurrency {level}", file=sys.stderr, flush=True)
     print(f"fixed-rate server: first token {FIRST_TOKEN_S * 1000:.0f} ms after arrival, {DECODE_RATE:.0f} tok/s per "
           f"stream, {ISL} in / {OSL} out, one token per chunk; {os.cpu_count()} cores; "
@@ -134,7 +160,7 @@ def main() -> None:
     print("truth = the server's own record of the requests each tool sent (first / last chunk written - arrival)")
     print(f"{'streams':>7}  {'metric':<13}{'unit':>6}{'truth(wb)':>11}{'workbench':>11}{'error':>9}"
           f"{'truth(ai)':>11}{'aiperf':>11}{'error':>9}")
-    for level, ours_truth, ours, lag, theirs_truth, theirs in rows:
+    for level, ours_truth, ours, lag, theirs_truth, theirs, parts in rows:
         for name, unit in METRICS:
             t1, m1 = ours_truth[name], ours[name]
             cells = f"{t1:>11,.1f}{m1:>11,.1f}{err(m1, t1):>9}"
@@ -145,6 +171,13 @@ def main() -> None:
         lag_ai = "" if theirs_truth is None else f"; in aiperf's run {theirs_truth['send_lag_ms']:.1f} ms"
         print(f"{'':>7}  server worst send lag {ours_truth['send_lag_ms']:.1f} ms in the workbench's run{lag_ai}; "
               f"workbench: {lag}")
+        ttft_error = ours["TTFT mean"] - ours_truth["TTFT mean"]
+        print(f"{'':>7}  workbench TTFT error {ttft_error:+.2f} ms = client sent -> server read the head "
+              f"{parts['send->head']:+.2f} + head -> body {parts['head->body']:+.2f} + server wrote the first token "
+              f"-> client read it {parts['write->read first']:+.2f} ms; last token write -> read "
+              f"{parts['write->read last']:+.2f} ms; not in the error: the server's own lateness (first token "
+              f"{parts['server late first']:+.2f} ms past 200 ms, in the truth too) and the client's queue before "
+              f"sending ({parts['queued->send']:.2f} ms)")
 
 
 if __name__ == "__main__":

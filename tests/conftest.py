@@ -36,8 +36,11 @@ def forcing_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def demo_server(demo_model_dir: Path, artifacts_dir: Path):
     """SmolLM2-135M-Instruct (real weights) on vLLM's CPU build."""
+    # Prompt-token details: each answer's usage says how many prompt tokens the prefix cache
+    # served (the session benchmarks check them against /metrics).
     server = start_vllm_server(
-        "demo", demo_model_dir, "HuggingFaceTB/SmolLM2-135M-Instruct", artifacts_dir
+        "demo", demo_model_dir, "HuggingFaceTB/SmolLM2-135M-Instruct", artifacts_dir,
+        extra_args=("--enable-prompt-tokens-details",),
     )
     yield server
     server.stop()

@@ -193,6 +193,13 @@ def test_04_throughput_and_benchmark(notebook_state_dir, artifacts_dir, monkeypa
     assert "Measured on a DGX Spark" in text and "recipes.vllm.ai" in text  # the source, not the model card
     widgets = _widget_values(nb)
     assert "ttft_ms" in widgets and "decode tok/s" in widgets
+    # The agents' section: each turn resends the session, so the cache serves more of it.
+    cached = re.search(r"cached tokens by turn: \[([\d, ]+)\]", text)
+    assert cached, text
+    by_turn = [int(x) for x in cached.group(1).split(",")]
+    assert len(by_turn) == 4 and by_turn == sorted(by_turn) and by_turn[-1] > by_turn[0]
+    rates = re.search(r"hit rate from the requests: ([\d.]+)%; from /metrics: ([\d.]+)%", text)
+    assert rates and abs(float(rates.group(1)) - float(rates.group(2))) <= 2.0
     assert len(_demo_servers(notebook_state_dir)) == 1
 
 

@@ -103,6 +103,8 @@ class FixedRateServer:
     # Echo: each token is "<tag><i>", the tag being the first word of the last user
     # message, and the timing record names it: a load test can tell whose answer is whose.
     echo: bool = False
+    # Labels of vllm:cache_config_info on /metrics (vLLM publishes its cache settings so); None: no such line.
+    cache_config_labels: dict[str, str] | None = None
     counters: Counters = field(default_factory=Counters)
     # Per chat request, in time.monotonic_ns (one clock for all processes on Linux):
     # head_ns / arrival_ns (head and body in), first_sent_ns / first_output_sent_ns /
@@ -299,6 +301,10 @@ class FixedRateServer:
             # The shape vLLM writes (tests/fixtures/vllm-0.32.0-cpu/metrics_idle.prom).
             lines += [f"# HELP {name}_total {name}.", f"# TYPE {name}_total counter",
                       f'{name}_total{{engine="0",model_name="{MODEL}"}} {float(value)}']
+        if self.cache_config_labels is not None:
+            labels = ",".join(f'{k}="{v}"' for k, v in self.cache_config_labels.items())
+            lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+                      "# TYPE vllm:cache_config_info gauge", f"vllm:cache_config_info{{{labels}}} 1.0"]
         return "\n".join(lines) + "\n"
 
     async def _chat(self, writer: asyncio.StreamWriter, request: dict, head_ns: int, arrived_ns: int) -> None:

@@ -29,6 +29,8 @@ from workbench.bench.summary import ServerCounters
 from workbench.errors import MetricsError, WorkbenchError
 from workbench.metrics.parse import (
     GENERATION_TOKENS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
     PROMPT_TOKENS,
     SPEC_ACCEPTED_TOKENS,
     SPEC_DRAFT_TOKENS,
@@ -157,10 +159,11 @@ class _TimedBody(aiohttp.BytesPayload):
 class _StreamReader:
     """Turns network reads into timed events on one record."""
 
-    def __init__(self, record: RequestRecord) -> None:
+    def __init__(self, record: RequestRecord, text_out: list[str] | None = None) -> None:
         self.record = record
         self.pending = b""
         self.first_token_pending = True
+        self.text_out = text_out  # the answer's content pieces, kept for a session's next turn
 
     def feed(self, raw: bytes, now: int) -> None:
         """Every complete line of `raw` (plus what was pending), stamped `now`."""
@@ -184,6 +187,9 @@ class _StreamReader:
                     raise StreamShapeError(f"an SSE event is not JSON ({exc}): {data[:120]!r}") from exc
             usage = parsed.get("usage") if isinstance(parsed, dict) else None
             record.first_chunk_tokens = _int_or_none((usage or {}).get("completion_tokens"))
+        if self.text_out is not None and kind is ChunkKind.CONTENT:
+            parsed = parsed if parsed is not None else json.loads(data)
+            self.text_out.append(str(parsed["choices"][0]["delta"]["content"]))
         if kind is ChunkKind.USAGE and parsed is not None:
             _take_usage(record, parsed["usage"])
         elif kind is ChunkKind.ERROR and parsed is not None:
@@ -197,14 +203,16 @@ async def stream_request(
     payload: bytes,
     index: int,
     target_input_tokens: int | None = None,
+    text_out: list[str] | None = None,
 ) -> RequestRecord:
     """POST one streamed chat completion (`payload` is its JSON) and record when every event arrived.
 
     start_ns is when the request's bytes went to the socket; queued_ns when this call began.
+    With `text_out`, the answer's content is appended to it piece by piece (a session's history).
     """
     queued = time.monotonic_ns()
     record = RequestRecord(index=index, start_ns=queued, queued_ns=queued, target_input_tokens=target_input_tokens)
-    reader = _StreamReader(record)
+    reader = _StreamReader(record, text_out)
     body = _TimedBody(payload, content_type="application/json")
     try:
         async with session.post(url, data=body) as response:
@@ -226,6 +234,8 @@ async def stream_request(
         record.error = f"{CONNECT_FAILED}: {exc}"
     except CONNECTION_ERRORS as exc:
         record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except (ValueError, KeyError, IndexError, TypeError) as exc:  # a content chunk kept for history, misshapen
+        record.error = f"a content chunk of the wrong shape ({type(exc).__name__}: {exc})"
     finally:
         record.end_ns = time.monotonic_ns()
         if body.sent_ns is not None:
@@ -240,6 +250,9 @@ def _take_usage(record: RequestRecord, usage: dict[str, Any]) -> None:
     record.completion_tokens = _int_or_none(usage.get("completion_tokens"))
     details = usage.get("completion_tokens_details")
     record.reasoning_tokens = _int_or_none(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    prompt_details = usage.get("prompt_tokens_details")
+    record.cached_tokens = (_int_or_none(prompt_details.get("cached_tokens"))
+                            if isinstance(prompt_details, dict) else None)
     if record.completion_tokens is None:
         raise StreamShapeError(f"the usage chunk has no integer completion_tokens: {usage!r:.120}")
 
@@ -328,6 +341,8 @@ _COUNTERS = {
     "spec_accepted_tokens": SPEC_ACCEPTED_TOKENS,
     "spec_draft_tokens": SPEC_DRAFT_TOKENS,
     "spec_drafts": SPEC_DRAFTS,
+    "prefix_cache_queries": PREFIX_CACHE_QUERIES,
+    "prefix_cache_hits": PREFIX_CACHE_HITS,
 }
 
 

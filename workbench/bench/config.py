@@ -13,10 +13,14 @@ from typing import Any, Literal
 from workbench.errors import BenchShapeError, SelectionError, WorkbenchError
 from workbench.urls import normalize_base_url
 
-__all__ = ["DGX_SPARK_REFERENCE", "PRESETS", "BenchConfig", "BenchPhase", "BenchProgress", "ProgressCallback",
+__all__ = ["DGX_SPARK_REFERENCE", "PRESETS", "SESSION_WORKLOADS", "WORKLOADS", "BenchConfig", "chat_body", "BenchPhase", "BenchProgress", "ProgressCallback",
            "check_fits", "preset_config", "reference_for", "scaled_input_tokens", "sweep_levels"]
 
 BenchPhase = Literal["connecting", "preparing", "warmup", "running", "done"]
+# single: independent one-turn requests; multiturn / agentic / trace: sessions whose
+# context grows turn by turn (workbench.bench.sessions).
+WORKLOADS = ("single", "multiturn", "agentic", "trace")
+SESSION_WORKLOADS = ("multiturn", "agentic", "trace")
 ProgressCallback = Callable[["BenchProgress"], None]
 
 
@@ -61,6 +65,20 @@ class BenchConfig:
     tokenizer: str | None = None  # count input tokens with this tokenizer (folder or HF cache id), not /tokenize
     goodput: dict[str, float] | None = None  # SLOs, aiperf tags -> ms or tok/s (see bench.goodput)
     custom_shape: bool = False  # --isl/--osl changed the preset's shape
+    # Session workloads (see workbench.bench.sessions): `sessions` run at once, each of
+    # `turns` turns; the first turn's prompt is `input_tokens`, each later turn adds
+    # `turn_input_tokens` (multiturn: a user message; agentic: a tool result) to the
+    # whole history. Output per turn: `turn_output_tokens` (the last repeats), else
+    # `output_tokens` (agentic: `tool_call_tokens`). `think_time_s` between a turn's
+    # answer and the next turn. trace: sessions, lengths and timing from `trace_file`.
+    workload: str = "single"
+    sessions: int = 8
+    turns: int = 6
+    turn_input_tokens: int = 64
+    turn_output_tokens: list[int] | None = None
+    think_time_s: float = 0.0
+    tool_call_tokens: int = 24
+    trace_file: str | None = None
 
     def __post_init__(self) -> None:
         self.url = normalize_base_url(self.url)
@@ -81,12 +99,48 @@ class BenchConfig:
             problems.append("duration must be positive (--duration)")
         if self.warmup_requests < 0:
             problems.append("warmup_requests cannot be negative (--warmup)")
+        problems += self._session_problems()
         if problems:
             raise WorkbenchError("Invalid benchmark settings: " + "; ".join(problems) + ".")
         if self.goodput is not None:
             from workbench.bench.goodput import parse_goodput
 
             self.goodput = parse_goodput(self.goodput)
+
+    def _session_problems(self) -> list[str]:
+        problems = []
+        if self.workload not in WORKLOADS:
+            return [f"workload must be one of {', '.join(WORKLOADS)} (--workload), not {self.workload!r}"]
+        if self.workload == "trace" and not self.trace_file:
+            problems.append("the trace workload needs a trace file (--trace FILE.jsonl)")
+        if self.workload in ("multiturn", "agentic"):
+            if self.sessions < 1:
+                problems.append("sessions must be at least 1 (--sessions)")
+            if self.turns < 1:
+                problems.append("turns must be at least 1 (--turns)")
+            if self.sessions >= 1 and self.turns >= 1:
+                # A session workload is bounded by its turns: every session runs at once.
+                self.requests, self.duration_s, self.concurrency = self.sessions * self.turns, None, self.sessions
+        if self.turn_input_tokens < 1:
+            problems.append("turn_input_tokens must be at least 1 (--turn-isl)")
+        if self.turn_output_tokens is not None and (not self.turn_output_tokens
+                                                    or any(n < 1 for n in self.turn_output_tokens)):
+            problems.append("every per-turn output length must be at least 1 (--turn-osl)")
+        if not 0 <= self.think_time_s < float("inf"):
+            problems.append("think time must be 0 or more seconds (--think-time)")
+        if self.tool_call_tokens < 1:
+            problems.append("tool_call_tokens must be at least 1 (--tool-call-osl)")
+        return problems
+
+    @property
+    def is_session_workload(self) -> bool:
+        return self.workload in SESSION_WORKLOADS
+
+    def output_tokens_for_turn(self, turn: int) -> int:
+        """Output length of a session's turn (1-based)."""
+        if self.turn_output_tokens:
+            return self.turn_output_tokens[min(turn, len(self.turn_output_tokens)) - 1]
+        return self.tool_call_tokens if self.workload == "agentic" else self.output_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,7 +159,22 @@ class BenchConfig:
 
     @property
     def is_speed_bench_shaped(self) -> bool:
-        return self.output_tokens == 256 and self.concurrency == 1 and self.request_rate is None
+        return (self.output_tokens == 256 and self.concurrency == 1 and self.request_rate is None
+                and not self.is_session_workload)
+
+
+def chat_body(config: BenchConfig, model: str, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+    """One streamed chat request as the benchmark sends it (usage with cached tokens on the last chunk)."""
+    return {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "chat_template_kwargs": {"enable_thinking": config.reasoning},
+        **config.extra_body,
+    }
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@
     latency_svg    TTFT, TPOT and E2E percentiles (p50, p90, p99) as grouped bars,
                    one group per concurrency, one panel (own scale) per figure: E2E
                    contains TTFT, so stacking them would add up overlapping times
-    figures_html   both, in one HTML page; saved beside the JSON as <stem>-figures.html
+    sessions_svg   a session workload's turns: TTFT, prefix-cache hit rate and the context
+                   reached against turn index, one line per configuration
+    figures_html   all of them, in one HTML page; saved beside the JSON as <stem>-figures.html
 
 The data come from `figure_rows`, which the Gradio tab's plots use too.
 """
@@ -39,9 +41,16 @@ class FigureLevel(Protocol):
     def partial(self) -> str | None: ...
     @property
     def client_bound(self) -> bool: ...
+    @property
+    def label(self) -> str: ...
 
-__all__ = ["LATENCY_FIGURES", "PERCENTILE_NAMES", "figure_rows", "figures_html", "latency_rows", "latency_svg",
-           "tradeoff_svg"]
+__all__ = ["LATENCY_FIGURES", "PERCENTILE_NAMES", "SESSION_FIGURES", "figure_rows", "figures_html", "latency_rows",
+           "latency_svg", "session_rows", "sessions_svg", "tradeoff_svg"]
+
+# (title, per-turn row key, scale): the session workload's panels.
+SESSION_FIGURES = (("TTFT mean (ms)", "ttft_ms_mean", 1.0), ("prefix-cache hit rate (%)", "cache_hit_rate", 100.0),
+                   ("context reached (tokens)", "context_tokens_max", 1.0))
+_LINE_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#72b7b2")
 
 LATENCY_FIGURES = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms"))
 PERCENTILE_NAMES = ("p50", "p90", "p99")
@@ -210,8 +219,76 @@ def latency_svg(levels: Sequence[FigureLevel], panel_width: int = 250, height: i
     return "\n".join(out + ["</svg>"])
 
 
+def session_rows(levels: Sequence[FigureLevel]) -> list[dict[str, Any]]:
+    """One row per (configuration, turn, figure) of the session workloads among `levels`."""
+    rows = []
+    labels = [r.label for r in levels]
+    for i, r in enumerate(levels):
+        name = r.label if labels.count(r.label) == 1 else f"{r.label} (run {i + 1})"
+        for turn in r.summary.per_turn or []:
+            for title, key, scale in SESSION_FIGURES:
+                value = turn.get(key)
+                if value is not None:
+                    rows.append({"configuration": name, "turn": turn["turn"], "figure": title,
+                                 "value": value * scale})
+    return rows
+
+
+def sessions_svg(levels: Sequence[FigureLevel], panel_width: int = 280, height: int = 280) -> str:
+    rows = session_rows(levels)
+    configs = list(dict.fromkeys(r["configuration"] for r in rows))
+    width = panel_width * len(SESSION_FIGURES) + 20
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 16 * len(configs)}" '
+           'role="img" aria-label="session workload by turn">',
+           f'<text x="{width / 2}" y="16" text-anchor="middle" {_FONT} font-size="13">'
+           "Session workload by turn: one line per configuration</text>"]
+    left, top, bottom = 56, 40, 40
+    ph = height - top - bottom
+    turns = sorted({r["turn"] for r in rows}) or [1]
+    for p, (title, _, _) in enumerate(SESSION_FIGURES):
+        x0 = 10 + p * panel_width + left
+        pw = panel_width - left - 14
+        values = [r["value"] for r in rows if r["figure"] == title]
+        out.append(f'<text x="{x0 + pw / 2}" y="{top - 6}" text-anchor="middle" {_FONT} font-weight="bold">'
+                   f"{html.escape(title)}</text>")
+        out.append(f'<rect x="{x0}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
+        if not values:
+            out.append(f'<text x="{x0 + pw / 2}" y="{top + ph / 2}" text-anchor="middle" {_FONT}>not reported</text>')
+            continue
+        ymax = 100.0 if "%" in title else _nice_max(max(values) * 1.05)
+        span = max(turns[-1] - turns[0], 1)
+
+        def x(turn: float) -> float:
+            return x0 + pw * (turn - turns[0]) / span if len(turns) > 1 else x0 + pw / 2
+
+        def y(v: float) -> float:
+            return top + ph - ph * v / ymax
+
+        for t in _axis_ticks(ymax):
+            out.append(f'<line x1="{x0}" y1="{y(t):.1f}" x2="{x0 + pw}" y2="{y(t):.1f}" stroke="#eee"/>'
+                       f'<text x="{x0 - 4}" y="{y(t) + 4:.1f}" text-anchor="end" {_FONT}>{_num(t)}</text>')
+        for turn in turns:
+            out.append(f'<text x="{x(turn):.1f}" y="{top + ph + 14}" text-anchor="middle" {_FONT}>{turn}</text>')
+        out.append(f'<text x="{x0 + pw / 2}" y="{top + ph + 30}" text-anchor="middle" {_FONT}>turn</text>')
+        for i, config in enumerate(configs):
+            color = _LINE_COLORS[i % len(_LINE_COLORS)]
+            points = [(r["turn"], r["value"]) for r in rows if r["figure"] == title and r["configuration"] == config]
+            if len(points) > 1:
+                path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points)
+                out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+            for t, v in points:
+                out.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="{color}"><title>'
+                           f"{html.escape(config)}, turn {t}: {_num(v)}</title></circle>")
+    for i, config in enumerate(configs):
+        color = _LINE_COLORS[i % len(_LINE_COLORS)]
+        ly = height + 12 * i + 4
+        out.append(f'<rect x="20" y="{ly - 8}" width="10" height="10" fill="{color}"/>'
+                   f'<text x="36" y="{ly + 1}" {_FONT}>{html.escape(config)}</text>')
+    return "\n".join(out + ["</svg>"])
+
+
 def figures_html(levels: Sequence[FigureLevel]) -> str:
-    """Both figures in one self-contained page."""
+    """Every figure in one self-contained page."""
     if not levels:
         return "<p>No benchmark levels to draw.</p>"
     first = levels[0]
@@ -224,6 +301,7 @@ def figures_html(levels: Sequence[FigureLevel]) -> str:
         "<!doctype html>", '<html><head><meta charset="utf-8">', f"<title>{html.escape(title)}</title></head><body>",
         f'<h3 style="font-family:sans-serif">{html.escape(title)}</h3>',
         tradeoff_svg(levels), "<br>", latency_svg(levels),
+        *(["<br>", sessions_svg(levels)] if session_rows(levels) else []),
         f'<ul style="font-family:sans-serif;font-size:12px">{"".join(notes)}</ul>' if notes else "",
         "</body></html>",
     ])

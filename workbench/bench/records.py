@@ -69,6 +69,12 @@ class RequestRecord:
     error: str | None = None
     target_input_tokens: int | None = None
     queued_ns: int | None = None  # when the client began the request (start_ns: when its bytes were sent)
+    # Session workloads (multiturn, agentic, trace): which session and turn (1-based) this was.
+    session: int | None = None
+    turn: int | None = None
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache
+    # served (vLLM reports it with --enable-prompt-tokens-details; None when not reported).
+    cached_tokens: int | None = None
 
     def add_event(self, at_ns: int, kind: ChunkKind) -> None:
         self.event_ns.append(at_ns)
@@ -177,6 +183,9 @@ class RequestRecord:
             "prefill_tok_s_per_user": _round(self.prefill_tok_s),
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
+            "session": self.session,
+            "turn": self.turn,
+            "cached_tokens": self.cached_tokens,
         }
 
 

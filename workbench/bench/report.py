@@ -14,7 +14,10 @@ from workbench.bench.goodput import describe_slos
 from workbench.bench.results import BenchResult, SweepResult, compare_results
 from workbench.bench.summary import Distribution
 
-__all__ = ["TerminalProgress", "format_comparison", "format_result", "format_sweep"]
+__all__ = ["TerminalProgress", "format_comparison", "format_result", "format_sessions", "format_sweep"]
+
+# Per-request and /metrics hit rates further apart than this (in points) are reported as disagreeing.
+HIT_RATE_AGREEMENT_POINTS = 2.0
 
 
 BAR_WIDTH = 28
@@ -92,10 +95,12 @@ def format_result(result: BenchResult) -> str:
     lines = [f"Benchmark of {result.model} at {c.url}  ({c.shape_label})"]
     if result.partial is not None:
         lines.append(f"PARTIAL RESULT: {result.partial}; what was measured before that is below")
-    lines += [
-        f"shape: {c.input_tokens} input tokens, {c.output_tokens} output tokens (ignore_eos), {load}, "
-        f"{bound}, {result.warmup} warm-up not counted, reasoning {'on' if c.reasoning else 'off'}",
-    ]
+    if c.is_session_workload:
+        lines.append(_session_shape(result))
+    else:
+        lines.append(
+            f"shape: {c.input_tokens} input tokens, {c.output_tokens} output tokens (ignore_eos), {load}, "
+            f"{bound}, {result.warmup} warm-up not counted, reasoning {'on' if c.reasoning else 'off'}")
     if result.input_lengths_from:
         lines.append(f"input lengths counted by {result.input_lengths_from}")
     if result.client_lag is not None:
@@ -112,7 +117,8 @@ def format_result(result: BenchResult) -> str:
         f"reasoning {_fmt(s.reasoning_tokens)}",
     ]
     if result.input_length_mismatches:
-        lines.append(f"WARNING: {result.input_length_mismatches} requests had an input length other than {c.input_tokens}")
+        what = "the first turn's" if c.is_session_workload else str(c.input_tokens)
+        lines.append(f"WARNING: {result.input_length_mismatches} requests had an input length other than {what}")
     for message in s.error_messages:
         lines.append(f"error: {message}")
     if s.goodput is not None:
@@ -133,11 +139,16 @@ def format_result(result: BenchResult) -> str:
         lines.append(
             f"  prompt tokens {_fmt(counters.prompt_tokens, 0)}   generation tokens {_fmt(counters.generation_tokens, 0)}"
         )
+        if counters.prefix_cache_queries:
+            lines.append(f"  prefix cache: {_fmt(counters.prefix_cache_hits, 0)} of "
+                         f"{_fmt(counters.prefix_cache_queries, 0)} queried tokens hit")
         if counters.spec_drafts:
             lines.append(
                 f"  speculative decoding: acceptance rate {_fmt((counters.spec_acceptance_rate or 0) * 100, 1)} %   "
                 f"mean acceptance length {_fmt(counters.spec_mean_acceptance_length)}"
             )
+    if s.per_turn or s.prefix_cache_hit_rate is not None:
+        lines += ["", format_sessions(result)]
     if result.reference:
         r = result.reference
         lines += [
@@ -152,6 +163,64 @@ def format_result(result: BenchResult) -> str:
         lines += [f"  {note}" for note in r.get("notes", [])]
     lines += ["", "definitions (aiperf's):"]
     lines += [f"  {k}: {v}" for k, v in result.definitions.items()]
+    return "\n".join(lines)
+
+
+def _session_shape(result: BenchResult) -> str:
+    c = result.config
+    if c.workload == "trace":
+        return (f"workload trace {c.trace_file}: {c.concurrency} sessions, {c.requests} turns, "
+                f"{result.warmup} warm-up not counted")
+    outputs = ",".join(map(str, c.turn_output_tokens)) if c.turn_output_tokens else str(c.output_tokens_for_turn(1))
+    grows = "a tool result" if c.workload == "agentic" else "a user message"
+    think = f", think time {c.think_time_s:g} s" if c.think_time_s else ""
+    return (f"workload {c.workload}: {c.sessions} sessions x {c.turns} turns at once; turn 1 {c.input_tokens} tokens, "
+            f"each later turn the whole history + {grows} of ~{c.turn_input_tokens} tokens; output {outputs} "
+            f"tokens per turn (ignore_eos){think}; {result.warmup} warm-up not counted")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def hit_rate_verdict(requests: float | None, metrics: float | None) -> str:
+    """Whether the per-request and /metrics prefix-cache hit rates agree."""
+    if requests is None and metrics is None:
+        return "prefix-cache hit rate: not reported (vLLM: --enable-prompt-tokens-details; /metrics counters)"
+    line = f"prefix-cache hit rate: {_pct(requests)} from the requests' cached tokens, {_pct(metrics)} from /metrics"
+    if requests is None:
+        return line + " (the requests carried no cached_tokens: start vLLM with --enable-prompt-tokens-details)"
+    if metrics is None:
+        return line + " (no prefix-cache counters on /metrics)"
+    gap = abs(requests - metrics) * 100
+    if gap > HIT_RATE_AGREEMENT_POINTS:
+        return line + (f"  DISAGREE by {gap:.1f} points: another client may be using the server, or it counts "
+                       "cached tokens differently")
+    return line + f"  (agree within {HIT_RATE_AGREEMENT_POINTS:g} points)"
+
+
+def format_sessions(result: BenchResult) -> str:
+    """Per-turn figures of a session workload, the hit rates, and late turns against early ones."""
+    s = result.summary
+    lines = [hit_rate_verdict(s.prefix_cache_hit_rate, s.prefix_cache_hit_rate_metrics)]
+    rows = s.per_turn or []
+    if not rows:
+        return "\n".join(lines)
+    lines += ["", "by turn (means over the sessions):",
+              f"{'turn':>5}{'requests':>9}{'TTFT ms':>10}{'TTFT p50':>10}{'E2E ms':>10}{'decode/user':>12}"
+              f"{'prompt tok':>11}{'cached tok':>11}{'hit rate':>10}{'context max':>12}"]
+    for row in rows:
+        lines.append(f"{row['turn']:>5}{row['requests']:>9}{_fmt(row['ttft_ms_mean']):>10}{_fmt(row['ttft_ms_p50']):>10}"
+                     f"{_fmt(row['e2e_ms_mean']):>10}{_fmt(row['decode_tok_s_per_user_mean']):>12}"
+                     f"{_fmt(row['prompt_tokens_mean'], 0):>11}{_fmt(row['cached_tokens_mean'], 0):>11}"
+                     f"{_pct(row['cache_hit_rate']):>10}{_fmt(row['context_tokens_max']):>12}")
+    first, last = rows[0], rows[-1]
+    if len(rows) > 1 and first["ttft_ms_mean"] and last["ttft_ms_mean"] is not None:
+        change = (last["ttft_ms_mean"] - first["ttft_ms_mean"]) / first["ttft_ms_mean"] * 100
+        lines.append(f"turn {last['turn']} against turn {first['turn']}: TTFT {_fmt(last['ttft_ms_mean'])} ms vs "
+                     f"{_fmt(first['ttft_ms_mean'])} ms ({change:+.0f} %), context {_fmt(last['context_tokens_max'])} "
+                     f"vs {_fmt(first['context_tokens_max'])} tokens, hit rate {_pct(last['cache_hit_rate'])} vs "
+                     f"{_pct(first['cache_hit_rate'])}")
     return "\n".join(lines)
 
 

@@ -262,6 +262,9 @@ def _summary_rows(result: BenchResult) -> list[dict[str, Any]]:
     if s.goodput is not None:
         rows.append({"metric": "good_fraction", "mean": s.goodput.good_fraction})
         rows.append({"metric": "goodput_req_s", "mean": s.goodput.goodput_req_s})
+    if s.prefix_cache_hit_rate is not None or s.prefix_cache_hit_rate_metrics is not None:
+        rows.append({"metric": "prefix_cache_hit_rate", "mean": s.prefix_cache_hit_rate})
+        rows.append({"metric": "prefix_cache_hit_rate_metrics", "mean": s.prefix_cache_hit_rate_metrics})
     if result.client_lag is not None:
         rows.append({"metric": "client_lag_p99_ms", "mean": result.client_lag.p99_ms})
         rows.append({"metric": "client_bound", "mean": result.client_bound})
@@ -305,6 +308,9 @@ def write_result_files(result: BenchResult, directory: Path, stem: str = "bench"
     paths["json"].write_text(json.dumps(result.to_dict(), indent=1))
     _write_csv(paths["requests_csv"], [r.flat_row() for r in result.records])
     _write_csv(paths["summary_csv"], _summary_rows(result))
+    if result.summary.per_turn:
+        paths["turns_csv"] = directory / f"{stem}-turns.csv"
+        _write_csv(paths["turns_csv"], result.summary.per_turn)
     paths["figures_html"] = _write_figures(directory / f"{stem}-figures.html", [result])
     return paths
 

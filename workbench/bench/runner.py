@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,13 +30,16 @@ from typing import Any
 
 import aiohttp
 
+from workbench.bench.cache_check import fetch_cache_warnings
 from workbench.bench.client import counter_deltas, fetch_counters, fetch_model, open_connections, open_session
-from workbench.bench.config import BenchConfig, BenchPhase, BenchProgress, ProgressCallback, check_fits, reference_for
+from workbench.bench.config import (BenchConfig, BenchPhase, BenchProgress, ProgressCallback, chat_body, check_fits,
+                                    reference_for)
 from workbench.bench.lag import LagProbe
 from workbench.bench.load import send_load
-from workbench.bench.prompts import Prompt, PromptBuilder, choose_counter
+from workbench.bench.prompts import Prompt, PromptBuilder, TokenCounter, choose_counter
 from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult, SweepResult
+from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions, session_context_estimate
 from workbench.bench.summary import summarize
 from workbench.errors import WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
@@ -44,19 +49,11 @@ __all__ = ["request_body", "run_benchmark", "run_benchmark_async", "run_sweep"]
 
 StopCheck = Callable[[], bool]
 GPU_INTERVAL_S = 0.5
+log = logging.getLogger("workbench.bench")
 
 
 def request_body(config: BenchConfig, model: str, prompt: Prompt) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": prompt.messages,
-        "max_tokens": config.output_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        "chat_template_kwargs": {"enable_thinking": config.reasoning},
-        **config.extra_body,
-    }
+    return chat_body(config, model, prompt.messages, config.output_tokens)
 
 
 class _Reporter:
@@ -124,20 +121,78 @@ async def _model(config: BenchConfig, session: aiohttp.ClientSession, notes: lis
     return config.model, max_model_len if served == config.model else None
 
 
+class _FirstPrompts:
+    """Each session's first prompt, of an exact length, built before the measured window."""
+
+    def __init__(self, counter: TokenCounter, seed: int) -> None:
+        self.counter, self.seed = counter, seed
+        self.builders: dict[int, PromptBuilder] = {}
+        self.ready: dict[tuple[int, int], Prompt] = {}
+
+    async def build(self, session: int, tokens: int) -> Prompt:
+        builder = self.builders.setdefault(tokens, PromptBuilder(self.counter, tokens, self.seed + 1))
+        return await builder.build(session)
+
+    async def prepare(self, plans: list[SessionPlan], on_done: Callable[[int], None]) -> None:
+        gate = asyncio.Semaphore(4)
+
+        async def one(session: int, tokens: int) -> None:
+            async with gate:
+                self.ready[(session, tokens)] = await self.build(session, tokens)
+                on_done(len(self.ready))
+
+        firsts = {(p.session, p.turns[0].new_tokens) for p in plans if p.turns and p.turns[0].messages is None}
+        await asyncio.gather(*(one(s, n) for s, n in firsts))
+
+    async def get(self, session: int, tokens: int) -> Prompt:
+        prompt = self.ready.pop((session, tokens), None)
+        return prompt if prompt is not None else await self.build(session, tokens)
+
+
+async def _session_setup(config: BenchConfig, plans: list[SessionPlan], session: aiohttp.ClientSession,
+                         max_model_len: int | None, counter: TokenCounter, reporter: _Reporter,
+                         on_warning: Callable[[str], None] | None) -> tuple[BenchConfig, _FirstPrompts, list[str]]:
+    """A session workload's first prompts and the cache warnings, before the run."""
+    turns = sum(len(p.turns) for p in plans)
+    reached = max(session_context_estimate(p) for p in plans)
+    if max_model_len is not None and reached > max_model_len:
+        raise WorkbenchError(
+            f"The sessions would reach about {reached} tokens of context, past this server's max-model-len of "
+            f"{max_model_len}.",
+            hint="Use fewer --turns, a smaller --turn-isl, --turn-osl or --isl (or a trace with shorter inputs).")
+    config = replace(config, requests=turns, duration_s=None, concurrency=len(plans))
+    _, warnings = await fetch_cache_warnings(session, config.url)
+    for warning in warnings:
+        log.warning("%s", warning)
+        if on_warning is not None:
+            on_warning(warning)
+    firsts = _FirstPrompts(counter, config.seed)
+    reporter.start("preparing", len(plans), f"building the first prompt of {len(plans)} sessions ({counter.source})")
+    await firsts.prepare(plans, lambda done: reporter.emit("preparing", done, len(plans)))
+    return config, firsts, [f"WARNING: {w}" for w in warnings]
+
+
 async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | None = None,
-                              should_stop: StopCheck | None = None) -> BenchResult:
+                              should_stop: StopCheck | None = None,
+                              on_warning: Callable[[str], None] | None = None) -> BenchResult:
     reporter = _Reporter(progress)
     reporter.start("connecting", None, f"reading the model from {config.url}/v1/models")
-    concurrency = config.concurrency
+    plans = plan_sessions(config) if config.is_session_workload else []  # a bad trace fails before connecting
+    concurrency = max(len(plans), 1) if plans else config.concurrency
     notes: list[str] = []
     async with open_session(concurrency, config.timeout_s) as session:
         model, max_model_len = await _model(config, session, notes)
-        check_fits(config, max_model_len)
+        if not config.is_session_workload:
+            check_fits(config, max_model_len)
         template_kwargs = {"enable_thinking": config.reasoning}
         counter = await choose_counter(session, config.url, model, config.tokenizer, template_kwargs)
+        if plans:
+            config, firsts, warned = await _session_setup(config, plans, session, max_model_len, counter, reporter,
+                                                          on_warning)
+            notes += warned
         prompts = _PromptSource(PromptBuilder(counter, config.input_tokens, config.seed))
         ahead = config.requests if config.requests is not None else concurrency * 4
-        total_prepared = config.warmup_requests + ahead
+        total_prepared = config.warmup_requests + (0 if plans else ahead)
         reporter.start("preparing", total_prepared,
                        f"building {total_prepared} prompts of {config.input_tokens} tokens ({counter.source})")
         await prompts.prepare(range(total_prepared), lambda done: reporter.emit("preparing", done, total_prepared))
@@ -172,15 +227,16 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         before, before_problem = await fetch_counters(session, config.url)
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         reporter.start("running", config.requests, f"{opened} connections open")
-        done: list[RequestRecord] = []
-        tokens = 0
+        finished = errors = tokens = 0
 
         def on_record(record: RequestRecord) -> None:
-            nonlocal tokens
-            done.append(record)
+            # Constant work per answer: at 256 streams the answers end together, and a count over all
+            # records so far (quadratic) held back the reading of the last tokens still arriving.
+            nonlocal finished, errors, tokens
+            finished += 1
+            errors += 0 if record.ok else 1
             tokens += record.completion_tokens or 0
-            errors = sum(1 for r in done if not r.ok)
-            reporter.emit("running", len(done), config.requests, errors, tokens)
+            reporter.emit("running", finished, config.requests, errors, tokens)
 
         # The GPUs beside the server, read in their own thread over the measured window (NVML: ~0.05 ms a read).
         gpus = GpuPoller(interval=GPU_INTERVAL_S, history=100_000)
@@ -188,9 +244,13 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         gpus.start()
         try:
             async with LagProbe() as probe:
-                outcome = await send_load(session, chat_url, payload, config.warmup_requests, config.requests,
-                                          config.duration_s, concurrency, config.request_rate, config.seed,
-                                          on_record, should_stop)
+                if plans:
+                    outcome = await run_sessions(session, chat_url, config, model, plans, firsts.get,
+                                                 config.warmup_requests, on_record, should_stop)
+                else:
+                    outcome = await send_load(session, chat_url, payload, config.warmup_requests, config.requests,
+                                              config.duration_s, concurrency, config.request_rate, config.seed,
+                                              on_record, should_stop)
         finally:
             gpus.stop()
             gpus.sample_once()
@@ -204,6 +264,9 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
             after, after_problem = None, "not read: the server stopped answering"
         else:
             after, after_problem = await _counters_after(session, config.url, before, summary.output_tokens)
+    server_counters = counter_deltas(before, after)
+    if server_counters is not None:
+        summary.prefix_cache_hit_rate_metrics = server_counters.prefix_cache_hit_rate
     mismatches = sum(
         1 for r in records if r.ok and r.target_input_tokens is not None and r.prompt_tokens != r.target_input_tokens
     )
@@ -219,7 +282,7 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         summary=summary,
         records=records,
         warmup=config.warmup_requests,
-        server_counters=counter_deltas(before, after),
+        server_counters=server_counters,
         input_length_mismatches=mismatches,
         reference=reference_for(config, model),
         client_lag=lag,
@@ -234,17 +297,38 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
     return result
 
 
+# The client's event loop: uvloop where installed (vLLM depends on it), asyncio's own otherwise;
+# WORKBENCH_BENCH_LOOP=asyncio forces asyncio's (see benchmarks/bench_vs_aiperf.py for the difference).
+LOOP_ENV = "WORKBENCH_BENCH_LOOP"
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if os.environ.get(LOOP_ENV, "uvloop") == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def _run_loop(coro_factory: Callable[[], Any]) -> Any:
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(coro_factory())
+
+
 def _run_sync(coro_factory: Callable[[], Any]) -> Any:
-    """asyncio.run, or in a worker thread when a loop already runs (Jupyter)."""
+    """A fresh event loop, or one in a worker thread when a loop already runs (Jupyter)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro_factory())
+        return _run_loop(coro_factory)
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(coro_factory())
+            box["value"] = _run_loop(coro_factory)
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
@@ -257,13 +341,17 @@ def _run_sync(coro_factory: Callable[[], Any]) -> Any:
 
 
 def run_benchmark(config: BenchConfig, progress: ProgressCallback | None = None,
-                  should_stop: StopCheck | None = None) -> BenchResult:
+                  should_stop: StopCheck | None = None,
+                  on_warning: Callable[[str], None] | None = None) -> BenchResult:
     """Run one benchmark and return its result; `progress` is called as it goes.
 
     Ctrl-C (or `should_stop()` turning True) ends the load early: the result then
-    holds what was measured, with `partial` saying why.
+    holds what was measured, with `partial` saying why. `on_warning` hears, before the
+    load starts, what would stop a session workload's prefix cache from hitting (also
+    kept in the result's notes).
     """
-    return _run_sync(lambda: run_benchmark_async(config, progress, should_stop))  # type: ignore[no-any-return]
+    return _run_sync(lambda: run_benchmark_async(config, progress, should_stop,  # type: ignore[no-any-return]
+                                                 on_warning))
 
 
 def run_sweep(

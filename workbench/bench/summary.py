@@ -17,7 +17,8 @@ from workbench.metrics.figures import acceptance_rate, mean_acceptance_length
 if TYPE_CHECKING:
     from workbench.bench.goodput import Goodput
 
-__all__ = ["DEFINITIONS", "PERCENTILES", "Distribution", "ServerCounters", "Summary", "percentile", "summarize"]
+__all__ = ["DEFINITIONS", "PERCENTILES", "Distribution", "ServerCounters", "Summary", "cache_hit_rate", "percentile",
+           "summarize", "turn_rows"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -51,6 +52,13 @@ DEFINITIONS: dict[str, str] = {
     "at least the objective) / duration, in requests/s; good fraction = good / all requests sent (aiperf's)",
     "client lag": "how late a 10 ms timer on the client's event loop fires during the run; p99 over 10 ms "
     "(or a whole core of client CPU) marks the run client-bound",
+    "cached tokens": "usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache "
+    "served (vLLM: --enable-prompt-tokens-details)",
+    "prefix-cache hit rate": "from the requests: sum of cached tokens / sum of prompt tokens over the requests "
+    "that reported cached tokens; from /metrics: the delta of vllm:prefix_cache_hits / "
+    "vllm:prefix_cache_queries over the run (tokens). The two should agree within 2 points",
+    "turn": "a session workload's request index within its session (1 = the first); per-turn figures are "
+    "means over the sessions' requests of that turn; context = prompt + output tokens",
     "server counters": "deltas of the server's /metrics counters over the measured run "
     "(warm-up excluded); spec-decode acceptance rate = accepted / draft tokens, "
     "mean acceptance length = 1 + accepted / drafts",
@@ -103,6 +111,14 @@ class ServerCounters:
     spec_accepted_tokens: float | None = None
     spec_draft_tokens: float | None = None
     spec_drafts: float | None = None
+    prefix_cache_queries: float | None = None  # tokens looked up in the prefix cache
+    prefix_cache_hits: float | None = None  # of those, tokens found
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        if not self.prefix_cache_queries or self.prefix_cache_hits is None:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
 
     @property
     def spec_acceptance_rate(self) -> float | None:
@@ -117,6 +133,7 @@ class ServerCounters:
             **asdict(self),
             "spec_acceptance_rate": self.spec_acceptance_rate,
             "spec_mean_acceptance_length": self.spec_mean_acceptance_length,
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
         }
 
     @classmethod
@@ -149,6 +166,12 @@ class Summary:
     input_tokens_per_request: Distribution
     output_tokens_per_request: Distribution
     goodput: Goodput | None = field(default=None)
+    # Prefix caching: from the requests' cached_tokens, and from the server's /metrics
+    # counters over the run (set by the runner); fractions, None when not reported.
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_hit_rate_metrics: float | None = None
+    # Session workloads: one row per turn index (see turn_rows), else None.
+    per_turn: list[dict[str, Any]] | None = None
 
     DISTRIBUTIONS = (
         "ttft_ms",
@@ -173,7 +196,43 @@ class Summary:
         for name in cls.DISTRIBUTIONS:
             values[name] = Distribution(**data[name])
         values["goodput"] = None if data.get("goodput") is None else Goodput.from_dict(data["goodput"])
-        return cls(**{k: values[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: values[k] for k in cls.__dataclass_fields__ if k in values})
+
+
+def cache_hit_rate(records: Iterable[RequestRecord]) -> float | None:
+    """Sum of cached / sum of prompt tokens, over the requests that reported both."""
+    reported = [r for r in records if r.ok and r.cached_tokens is not None and r.prompt_tokens]
+    prompt = sum(r.prompt_tokens or 0 for r in reported)
+    return None if not prompt else sum(r.cached_tokens or 0 for r in reported) / prompt
+
+
+def turn_rows(records: Sequence[RequestRecord]) -> list[dict[str, Any]] | None:
+    """Per turn index of a session workload: TTFT, E2E, decode, context and cache hits."""
+    turns = sorted({r.turn for r in records if r.turn is not None})
+    if not turns:
+        return None
+    rows = []
+    for turn in turns:
+        mine = [r for r in records if r.turn == turn]
+        good = [r for r in mine if r.ok]
+        ttft = Distribution.of((r.ttft_ns for r in good), "ms", NS_PER_MS)
+        cached = [r.cached_tokens for r in good if r.cached_tokens is not None]
+        contexts = [(r.prompt_tokens or 0) + (r.completion_tokens or 0) for r in good]
+        rows.append({
+            "turn": turn,
+            "requests": len(mine),
+            "errors": len(mine) - len(good),
+            "ttft_ms_mean": ttft.mean,
+            "ttft_ms_p50": ttft.p50,
+            "ttft_ms_p99": ttft.p99,
+            "e2e_ms_mean": Distribution.of((r.e2e_ns for r in good), "ms", NS_PER_MS).mean,
+            "decode_tok_s_per_user_mean": Distribution.of((r.decode_tok_s for r in good), "tok/s").mean,
+            "prompt_tokens_mean": Distribution.of((r.prompt_tokens for r in good), "tokens").mean,
+            "cached_tokens_mean": (math.fsum(cached) / len(cached)) if cached else None,
+            "cache_hit_rate": cache_hit_rate(good),
+            "context_tokens_max": max(contexts) if contexts else None,
+        })
+    return rows
 
 
 def summarize(records: Sequence[RequestRecord], slos: dict[str, float] | None = None) -> Summary:
@@ -217,6 +276,8 @@ def summarize(records: Sequence[RequestRecord], slos: dict[str, float] | None = 
         input_tokens_per_request=Distribution.of((r.prompt_tokens for r in good), "tokens"),
         output_tokens_per_request=Distribution.of((r.completion_tokens for r in good), "tokens"),
         goodput=goodput,
+        prefix_cache_hit_rate=cache_hit_rate(good),
+        per_turn=turn_rows(records),
     )
 
 

@@ -6,6 +6,9 @@
     python -m workbench bench --url http://A:8000 --url http://B:8000 --preset smoke
     python -m workbench bench --url http://127.0.0.1:8000 --goodput "ttft:500 tpot:30"
     python -m workbench bench --url http://127.0.0.1:8000 --tokenizer ./model-dir   # no /tokenize (trtllm-serve)
+    python -m workbench bench --workload multiturn --sessions 8 --turns 6 --turn-isl 64
+    python -m workbench bench --workload agentic --sessions 4 --turns 10 --turn-isl 512 --tool-call-osl 24
+    python -m workbench bench --workload trace --trace sessions.jsonl
     python -m workbench bench compare A/bench.json B/bench.json
 
 Nothing measured is lost: Ctrl-C (or the server going away) ends the load and
@@ -29,7 +32,9 @@ from workbench.bench import (
     run_sweep,
     sweep_levels,
 )
+from workbench.bench.config import WORKLOADS
 from workbench.bench.goodput import parse_goodput
+from workbench.bench.sessions import load_trace
 from workbench.bench.report import TerminalProgress, format_comparison, format_result, format_sweep
 from workbench.bench.results import check_output_dir
 from workbench.errors import WorkbenchError
@@ -66,6 +71,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokenizer", help="count input tokens with this tokenizer (a folder, or a model id in the "
                         "Hugging Face cache) instead of the server's /tokenize; needed for trtllm-serve")
     parser.add_argument("--model", help="the served model name (default: the first one /v1/models lists)")
+    sessions = parser.add_argument_group("session workloads (agents: each turn resends the whole history)")
+    sessions.add_argument("--workload", choices=WORKLOADS, help="single (default): independent requests; multiturn: "
+                          "sessions of user turns; agentic: tool-loop turns; trace: replay --trace")
+    sessions.add_argument("--sessions", type=int, help="sessions running at once (default 8)")
+    sessions.add_argument("--turns", type=int, help="turns per session (default 6)")
+    sessions.add_argument("--turn-isl", type=int, help="tokens each later turn adds: a user message (multiturn) or a "
+                          "tool result (agentic); default 64; the first turn is --isl")
+    sessions.add_argument("--turn-osl", help="output tokens per turn, comma-separated (the last repeats), e.g. 128,64")
+    sessions.add_argument("--think-time", type=float, help="seconds between an answer and the session's next turn")
+    sessions.add_argument("--tool-call-osl", type=int, help="agentic: output tokens of each assistant tool-call turn")
+    sessions.add_argument("--trace", help="a JSONL trace of sessions to replay (implies --workload trace; "
+                          "format in README)")
     parser.add_argument("--output-dir", type=Path, help="where JSON/CSV go (default bench-results/<time>-<preset>)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=bench_command)
@@ -74,6 +91,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("a", type=Path, help="first result .json")
     compare.add_argument("b", type=Path, help="second result .json")
     compare.set_defaults(func=bench_compare_command)
+
+
+def _turn_outputs(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in str(text).split(",")]
+    except ValueError:
+        raise WorkbenchError(f"--turn-osl takes whole numbers separated by commas, not {text!r}.",
+                             hint="For example --turn-osl 128,64,32") from None
 
 
 def _config(args: argparse.Namespace, url: str) -> BenchConfig:
@@ -96,10 +123,21 @@ def _config(args: argparse.Namespace, url: str) -> BenchConfig:
         goodput=parse_goodput(args.goodput),
         tokenizer=args.tokenizer,
         model=args.model,
+        workload=args.workload or ("trace" if args.trace else None),
+        sessions=args.sessions,
+        turns=args.turns,
+        turn_input_tokens=args.turn_isl,
+        turn_output_tokens=_turn_outputs(args.turn_osl),
+        think_time_s=args.think_time,
+        tool_call_tokens=args.tool_call_osl,
+        trace_file=args.trace,
     )
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if args.preset == "sweep" and (args.workload not in (None, "single") or args.trace):
+        raise WorkbenchError("The sweep preset sends single requests; a session workload is bounded by its "
+                             "sessions and turns.", hint="Leave out --preset sweep, or --workload/--trace.")
     if args.preset == "sweep" and args.max_concurrency is None:
         raise WorkbenchError(
             "The sweep needs its highest concurrency: the server's --max-num-seqs is not visible from its API.",
@@ -112,7 +150,9 @@ def bench_command(args: argparse.Namespace) -> int:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = check_output_dir(args.output_dir or Path("bench-results") / f"{stamp}-{args.preset or 'smoke'}")
     for url in urls:
-        _config(args, url)  # every setting checked before anything is sent
+        config = _config(args, url)  # every setting checked before anything is sent
+    if config.workload == "trace" and config.trace_file:
+        load_trace(config.trace_file)  # a bad trace is refused before the run, with its line
     progress = None if args.quiet else TerminalProgress(sys.stderr)
     try:
         return _run(args, urls, out, progress)
@@ -136,7 +176,7 @@ def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: Termina
         return _exit_code([r.summary.errors for r in sweep.levels], sweep.partial)
     results = []
     for i, url in enumerate(urls):
-        result = run_benchmark(_config(args, url), progress)
+        result = run_benchmark(_config(args, url), progress, on_warning=_warn(progress))
         if progress:
             print(file=sys.stderr)
         print(format_result(result))
@@ -151,6 +191,15 @@ def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: Termina
         print(format_comparison(*results))
     partial = next((r.partial for r in results if r.partial is not None), None)
     return _exit_code([r.summary.errors for r in results], partial)
+
+
+def _warn(progress: TerminalProgress | None):  # type: ignore[no-untyped-def]
+    def warn(message: str) -> None:
+        if progress:
+            print(file=sys.stderr)  # off the progress line
+        print(f"WARNING: {message}", file=sys.stderr)
+
+    return warn
 
 
 def _exit_code(errors: list[int], partial: str | None) -> int:

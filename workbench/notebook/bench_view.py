@@ -7,14 +7,18 @@ from typing import Any
 import ipywidgets as W
 
 from workbench.bench import BenchConfig, BenchProgress, BenchResult, run_benchmark
-from workbench.bench.figures import latency_svg, tradeoff_svg
+from workbench.bench.figures import latency_svg, session_rows, sessions_svg, tradeoff_svg
+from workbench.bench.report import format_sessions
 from workbench.notebook.html import esc, table
 
 __all__ = ["BenchView", "bench_figures", "bench_table", "reference_table"]
 
 
 def bench_figures(levels: list[BenchResult]) -> str:
-    """HTML: the trade-off curve and the grouped latency bars (the ones saved beside the JSON)."""
+    """HTML: the trade-off curve and the grouped latency bars (the ones saved beside the JSON); for a
+    session workload, TTFT, cache-hit rate and context against turn index."""
+    if session_rows(levels):
+        return sessions_svg(levels) + "<br>" + latency_svg(levels)
     return tradeoff_svg(levels) + "<br>" + latency_svg(levels)
 
 
@@ -42,7 +46,11 @@ def bench_table(result: BenchResult) -> str:
     if s.goodput is not None and s.goodput.good_fraction is not None:
         g = s.goodput
         out.append(f"<br>goodput {_num(g.goodput_req_s, 2)} req/s ({g.good_fraction * 100:.0f} % of requests met every SLO)")
+    for note in result.notes:
+        out.append(f"<br><b>{esc(note)}</b>" if note.startswith("WARNING") else f"<br>{esc(note)}")
     out.append(table(["metric", "unit", "mean", "p50", "p90", "p99", "n"], rows))
+    if s.per_turn or s.prefix_cache_hit_rate is not None:
+        out.append(f"<pre>{esc(format_sessions(result))}</pre>")
     return "".join(out)
 
 

@@ -40,8 +40,9 @@ __all__ = ["NUMERIC_TESTS", "PLANNER_CHECKS", "KnownIssue", "known_issue_entries
            "matching_known_issues"]
 
 NUMERIC_TESTS = ("above", "below", "at_least", "at_most")
-# Checks the memory planner can decide (workbench.planner).
-PLANNER_CHECKS = ("mamba_cache_blocks",)
+# Checks decided outside a render: the memory planner's (workbench.planner), and the
+# benchmark's session workloads (workbench.bench.cache_check, from the server's /metrics).
+PLANNER_CHECKS = ("mamba_cache_blocks", "session_prefix_cache")
 _IMAGE_VERSION_RE = re.compile(r":v?(\d+\.\d+(?:\.\d+)?)(?:$|[^\w.])")
 
 

@@ -20,9 +20,9 @@ from workbench.bench import (
     run_sweep,
     sweep_levels,
 )
-from workbench.bench.figures import PERCENTILE_NAMES, figure_rows, latency_rows
+from workbench.bench.figures import PERCENTILE_NAMES, figure_rows, latency_rows, session_rows, sessions_svg
 from workbench.bench.goodput import parse_goodput
-from workbench.bench.report import format_result
+from workbench.bench.report import format_result, format_sessions
 from workbench.errors import WorkbenchError
 
 
@@ -36,6 +36,21 @@ class BenchTab:
     sweep_plot: gr.ScatterPlot
     compare: gr.Dataframe
     download: gr.DownloadButton
+    workload: gr.Dropdown
+    sessions_plot: gr.HTML
+
+WORKLOAD_CHOICES = [
+    ("single: independent requests of the preset's shape", "single"),
+    ("multiturn: sessions of user turns, each resending the whole history", "multiturn"),
+    ("agentic: tool-loop turns (short call, long tool result) growing the context", "agentic"),
+]
+
+
+def sessions_html(levels: list[BenchResult]) -> str:
+    """TTFT, cache-hit rate and context against turn index, one line per run (the last two compared)."""
+    if not session_rows(levels):
+        return "<p><i>Per-turn figures appear after a multiturn or agentic run.</i></p>"
+    return sessions_svg(levels)
 
 
 def latency_frame(levels: list[BenchResult] | BenchResult | None) -> pd.DataFrame:
@@ -76,6 +91,17 @@ def _whole_number(text: str | None, what: str) -> int | None:
                        print_exception=False) from None
 
 
+def _seconds(text: str | None) -> float | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise gr.Error(f"Think time must be a number of seconds, or empty for none (got {text!r}).",
+                       print_exception=False) from None
+
+
 def _progress_text(p) -> str:
     total = f"/{p.total}" if p.total else ""
     bar = ""
@@ -100,6 +126,12 @@ def create_ui(resolve_url) -> BenchTab:
             goodput = gr.Textbox("", label="Goodput SLOs (optional)", placeholder="e.g. ttft:500 tpot:30 (ms)",
                                  elem_id="bench-goodput")
             max_conc = gr.Number(8, precision=0, label="Sweep: max concurrency")
+            with gr.Accordion("Session workload (agents)", open=False):
+                workload = gr.Dropdown(WORKLOAD_CHOICES, value="single", label="Workload", elem_id="bench-workload")
+                sessions = gr.Textbox("", label="Sessions at once (empty: 8)", elem_id="bench-sessions")
+                turns = gr.Textbox("", label="Turns per session (empty: 6)", elem_id="bench-turns")
+                turn_isl = gr.Textbox("", label="Tokens each later turn adds (empty: 64)", elem_id="bench-turn-isl")
+                think = gr.Textbox("", label="Think time between turns, s (empty: none)", elem_id="bench-think")
             reasoning = gr.Checkbox(False, label="Reasoning on (enable_thinking)")
             label = gr.Textbox(label="Label for this configuration", placeholder="e.g. no spec decoding")
             run = gr.Button("Run benchmark", variant="primary", elem_id="bench-run")
@@ -115,32 +147,47 @@ def create_ui(resolve_url) -> BenchTab:
             sweep_plot = gr.ScatterPlot(None, x="output tok/s", y="decode tok/s per user", color="level",
                                         title="Trade-off: decode tok/s per user vs total output tok/s "
                                         "(one point per concurrency)", elem_id="bench-sweep", height=260)
+            sessions_plot = gr.HTML(sessions_html([]), elem_id="bench-sessions-plot")
             compare = gr.Dataframe(headers=["metric", "unit", "A (previous run)", "B (this run)", "change %"],
                                    label="Compare: the last two runs side by side", interactive=False)
     results = gr.State([])
-    tab = BenchTab(preset, run, progress, table, latency_plot, sweep_plot, compare, download)
+    tab = BenchTab(preset, run, progress, table, latency_plot, sweep_plot, compare, download, workload, sessions_plot)
 
-    def run_fn(preset_name, isl_v, osl_v, conc_v, req_v, goodput_v, max_c, reasoning_v, label_v, history):
+    def run_fn(preset_name, isl_v, osl_v, conc_v, req_v, goodput_v, max_c, reasoning_v, label_v, workload_v,
+               sessions_v, turns_v, turn_isl_v, think_v, history):
         url = resolve_url()
         if url is None:
             raise gr.Error("No server is running: launch one in the Server tab first.")
+        workload_v = workload_v or "single"
+        if preset_name == "sweep" and workload_v != "single":
+            raise gr.Error("The sweep preset sends single requests: choose another preset for a session workload.",
+                           print_exception=False)
         try:
             config = preset_config(preset_name, url, input_tokens=_whole_number(isl_v, "Input tokens"),
                                    output_tokens=_whole_number(osl_v, "Output tokens"),
                                    concurrency=_whole_number(conc_v, "Concurrency"),
                                    requests=_whole_number(req_v, "Requests"), reasoning=bool(reasoning_v),
-                                   label=label_v or None, goodput=parse_goodput(goodput_v or None))
+                                   label=label_v or None, goodput=parse_goodput(goodput_v or None),
+                                   workload=workload_v, sessions=_whole_number(sessions_v, "Sessions"),
+                                   turns=_whole_number(turns_v, "Turns"),
+                                   turn_input_tokens=_whole_number(turn_isl_v, "Tokens each later turn adds"),
+                                   think_time_s=_seconds(think_v))
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         events: queue.Queue = queue.Queue()
         outcome: dict = {}
+        warnings: list[str] = []
+
+        def warn(message: str) -> None:
+            warnings.append(message)
+            events.put(message)
 
         def work():
             try:
                 if preset_name == "sweep":
                     outcome["sweep"] = run_sweep(config, sweep_levels(int(max_c or 8)), progress=events.put)
                 else:
-                    outcome["result"] = run_benchmark(config, progress=events.put)
+                    outcome["result"] = run_benchmark(config, progress=events.put, on_warning=warn)
             except WorkbenchError as exc:
                 outcome["error"] = f"{exc.message} {exc.hint or ''}"
             except Exception as exc:  # shown in the tab; the app stays up
@@ -149,10 +196,12 @@ def create_ui(resolve_url) -> BenchTab:
                 events.put(None)
 
         threading.Thread(target=work, daemon=True).start()
+        skip = gr.skip
         while (p := events.get()) is not None:
-            yield _progress_text(p), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), history
+            text = f"⚠️ **Warning before the run:** {p}" if isinstance(p, str) else _progress_text(p)
+            yield text, skip(), skip(), skip(), skip(), skip(), skip(), history
         if "error" in outcome:
-            yield f"❌ **Benchmark failed:** {outcome['error']}", gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), history
+            yield f"❌ **Benchmark failed:** {outcome['error']}", skip(), skip(), skip(), skip(), skip(), skip(), history
             return
         levels = outcome["sweep"].levels if "sweep" in outcome else [outcome["result"]]
         last = levels[-1]
@@ -169,10 +218,14 @@ def create_ui(resolve_url) -> BenchTab:
         status = "✅ **Done.**" if partial is None else f"⚠️ **Partial result:** {partial}"
         if bound:
             status += f" Client-bound at concurrency {', '.join(bound)}: the load generator lagged (see the table)."
-        yield (status, text, latency_frame(levels), sweep_frame(levels), rows,
+        if last.summary.per_turn:
+            status += "\n\n```\n" + format_sessions(last) + "\n```"
+        status += "".join(f"\n\n⚠️ {w}" for w in warnings)
+        yield (status, text, latency_frame(levels), sweep_frame(levels), sessions_html(history), rows,
                str(files.get("json") or next(iter(files.values()))), history)
 
-    run.click(run_fn, [preset, isl, osl, concurrency, requests, goodput, max_conc, reasoning, label, results],
-              [progress, table, latency_plot, sweep_plot, compare, download, results], concurrency_limit=1,
-              concurrency_id="bench")
+    run.click(run_fn, [preset, isl, osl, concurrency, requests, goodput, max_conc, reasoning, label, workload,
+                       sessions, turns, turn_isl, think, results],
+              [progress, table, latency_plot, sweep_plot, sessions_plot, compare, download, results],
+              concurrency_limit=1, concurrency_id="bench")
     return tab
