@@ -316,6 +316,14 @@ def test_attendees_cannot_upload_or_send_oversized_bodies(room):
     assert httpx.post(base + "/gradio_api/queue/join", json=big, cookies=cookie).status_code == 413
 
 
+def test_a_flood_of_queue_joins_from_one_session_is_refused_at_the_door(room):
+    _, base = room
+    cookie = {"workbench_attendee": _join(base, "Hammer").cookies["workbench_attendee"]}
+    body = {"data": ["hi", None], "fn_index": 0, "session_hash": "hammer123"}
+    codes = [httpx.post(base + "/gradio_api/queue/join", json=body, cookies=cookie).status_code for _ in range(14)]
+    assert codes.count(429) >= 3 and codes[0] != 429
+
+
 def test_a_long_message_is_refused_with_the_limit(room):
     from gradio_client import Client
 
