@@ -115,8 +115,6 @@ class LoginThrottle:
             await _plain(send, 429, json.dumps({"detail": "Too many wrong logins from this address: try again in a "
                                                           "minute."}), [(b"retry-after", b"60")])
             return
-        if wait:
-            await asyncio.sleep(wait)
         status: list[int] = []
 
         async def watch(message: dict[str, Any]) -> None:
@@ -124,9 +122,15 @@ class LoginThrottle:
                 status.append(int(message["status"]))
             await send(message)
 
-        await self.app(scope, receive, watch)
-        if status and status[0] != 200:
-            self.failures.failed(address)
+        try:
+            if wait:
+                await asyncio.sleep(wait)
+            await self.app(scope, receive, watch)
+        finally:
+            if status and status[0] != 200:
+                self.failures.failed(address)
+            else:
+                self.failures.passed(address)
 
 
 class AttendeeGuard:
