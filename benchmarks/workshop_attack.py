@@ -129,28 +129,32 @@ def attack_signin_flood(base: str, count: int) -> None:
 
 async def attack_code_guessing(base: str, seconds: float) -> None:
     async with aclient(base, GUESSER) as guesser:
-        checked = busy = 0
-        stop = time.monotonic() + seconds
+        checked: list[float] = []
+        busy = 0
+        started = time.monotonic()
+        stop = started + seconds
 
         async def guess(i: int) -> None:
-            nonlocal checked, busy
+            nonlocal busy
             while time.monotonic() < stop:
                 r = await guesser.post("/join", data={"name": f"guess {i}", "code": f"wrong-{uuid.uuid4().hex[:6]}"})
                 if "not right" in r.text:
-                    checked += 1
+                    checked.append(time.monotonic())
                 else:
                     busy += 1
                     await asyncio.sleep(0.05)
 
-        await asyncio.gather(*(guess(i) for i in range(16)))
-        started = time.monotonic()
+        await asyncio.gather(*(guess(i) for i in range(16)))  # the queued guesses are checked after `stop` too
+        penalised = sorted(checked)[FREE_FAILURES:]
+        span = (penalised[-1] - penalised[0]) if len(penalised) > 1 else seconds
+        rate = (len(penalised) - 1) / span if len(penalised) > 1 else 0.0
+        right_at = time.monotonic()
         right = await guesser.post("/join", data={"name": "Late Guest", "code": CODE})
-        waited = time.monotonic() - started
-    beyond = checked - FREE_FAILURES
-    report(beyond <= seconds / CODE_MAX_SPACING_S + 3,
-           f"room-code guessing: 16 concurrent guessers for {seconds:.0f} s from one address -> {checked} codes "
-           f"checked ({FREE_FAILURES} free, then {beyond} in {seconds:.0f} s: {beyond / seconds:.2f}/s), {busy} "
-           f"answered 'busy' unchecked")
+        waited = time.monotonic() - right_at
+    report(rate <= 1.0 / CODE_MAX_SPACING_S + 0.1,
+           f"room-code guessing: 16 concurrent guessers for {seconds:.0f} s from one address -> {len(checked)} codes "
+           f"checked in {time.monotonic() - started - waited:.0f} s: {FREE_FAILURES} free, then {len(penalised)} at "
+           f"{rate:.2f}/s; {busy} answered 'busy' unchecked")
     report(right.status_code in (303, 429),
            f"the right code from the guessers' own address right after -> {right.status_code} after {waited:.1f} s "
            f"({'admitted' if right.status_code == 303 else 'asked to retry: the address queue is full'})")
@@ -236,7 +240,8 @@ def flood_worker(base: str, cookies: list[str], fn_index: int, seconds: float, p
             n += 1
             error = result.get("error", "")
             key = ("answered" if not error else "refused: a turn still running" if "still being answered" in error
-                   else "refused: the address's turn limit" if "from your network" in error else error[:60])
+                   else "refused: the address's turn limit" if "from your network" in error
+                   else "refused at the door (429)" if "429" in error else error[:60])
             counts[key] = counts.get(key, 0) + 1
 
     async def run() -> None:

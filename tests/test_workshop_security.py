@@ -156,10 +156,12 @@ def test_failure_delay_spaces_checks_and_refuses_a_full_queue_without_checking()
         assert delay.reserve("a") == 0.0
         delay.failed("a")
     waits = []
-    for _ in range(4):
+    for _ in range(2):  # one after the other: spaced 1 s, then doubling
         waits.append(delay.reserve("a"))
         delay.failed("a")
-    assert waits[0] == 0.0 and waits[1] == pytest.approx(1.0) and waits[2] > waits[1]
+    assert waits == [0.0, pytest.approx(1.0)]
+    queued = [delay.reserve("a") for _ in range(3)]  # at once: the most spacing (4 s) behind each other
+    assert queued[:2] == [pytest.approx(3.0), None]
     assert delay.reserve("a") is None  # over 5 s queued: busy, nothing checked
     assert delay.reserve("b") == 0.0
     clock.now += 61
@@ -314,6 +316,14 @@ def test_attendees_cannot_upload_or_send_oversized_bodies(room):
     assert upload.status_code == 403
     big = {"data": ["x" * 2_000_000], "fn_index": 0, "session_hash": "abcdef123"}
     assert httpx.post(base + "/gradio_api/queue/join", json=big, cookies=cookie).status_code == 413
+
+
+def test_a_flood_of_queue_joins_from_one_session_is_refused_at_the_door(room):
+    _, base = room
+    cookie = {"workbench_attendee": _join(base, "Hammer").cookies["workbench_attendee"]}
+    body = {"data": ["hi", None], "fn_index": 0, "session_hash": "hammer123"}
+    codes = [httpx.post(base + "/gradio_api/queue/join", json=body, cookies=cookie).status_code for _ in range(14)]
+    assert codes.count(429) >= 3 and codes[0] != 429
 
 
 def test_a_long_message_is_refused_with_the_limit(room):

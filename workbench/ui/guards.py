@@ -4,8 +4,10 @@
                     to 127.0.0.1 (DNS rebinding) gets 421, not the single-user UI
     LoginThrottle   wrong logins (Gradio's POST .../login) slow that address down, and a
                     lockout that ends: the right password waits at most LOGIN_MAX_S
-    AttendeeGuard   the attendee app takes no files (Gradio's upload routes answer 403)
-                    and no request body over MAX_ATTENDEE_BODY bytes (413)
+    AttendeeGuard   the attendee app takes no files (Gradio's upload routes answer 403),
+                    no request body over MAX_ATTENDEE_BODY bytes (413), and queue joins
+                    (each message is one) at a bounded rate per session and per address (429),
+                    refused here before Gradio spends anything on them
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from workbench.workshop.throttle import FailureDelay
+from workbench.workshop.throttle import FailureDelay, RateLimit
 
 __all__ = ["AttendeeGuard", "HostCheck", "LoginThrottle", "allowed_hosts", "login_throttle"]
 
@@ -27,6 +29,12 @@ WILDCARDS = ("0.0.0.0", "::", "")
 LOGIN_FREE, LOGIN_WINDOW_S, LOGIN_BASE_S, LOGIN_MAX_S, LOGIN_MAX_WAIT_S = 5, 300.0, 1.0, 30.0, 60.0
 MAX_ATTENDEE_BODY = 256 * 1024  # a message at the room's largest limit is far below this
 # Gradio routes that take files or media from the page; the attendee app has no such input.
+# Queue joins: a message is one (its panels' refresh another); a page sends a few a minute.
+# Per session 10 at once then 1/s; per address (a room behind one NAT: everyone) 128 at
+# once, as when the presenter sends a prompt to everyone, then 16/s.
+QUEUE_JOIN = "/gradio_api/queue/join"
+JOINS_PER_SESSION, JOINS_PER_SESSION_S = 10, 1.0
+JOINS_PER_ADDRESS, JOINS_PER_ADDRESS_S = 128, 16.0
 UPLOAD_PATHS = ("/gradio_api/upload", "/gradio_api/upload_progress", "/gradio_api/process_recording",
                 "/gradio_api/stream", "/gradio_api/vibe", "/gradio_api/mcp", "/upload")
 
@@ -107,8 +115,6 @@ class LoginThrottle:
             await _plain(send, 429, json.dumps({"detail": "Too many wrong logins from this address: try again in a "
                                                           "minute."}), [(b"retry-after", b"60")])
             return
-        if wait:
-            await asyncio.sleep(wait)
         status: list[int] = []
 
         async def watch(message: dict[str, Any]) -> None:
@@ -116,19 +122,38 @@ class LoginThrottle:
                 status.append(int(message["status"]))
             await send(message)
 
-        await self.app(scope, receive, watch)
-        if status and status[0] != 200:
-            self.failures.failed(address)
+        try:
+            if wait:
+                await asyncio.sleep(wait)
+            await self.app(scope, receive, watch)
+        finally:
+            if status and status[0] != 200:
+                self.failures.failed(address)
+            else:
+                self.failures.passed(address)
 
 
 class AttendeeGuard:
     """The attendee app's door: no uploads, no oversized bodies. Paths under
     `exempt` (the presenter's mount, behind its own login) pass untouched."""
 
-    def __init__(self, app: Any, exempt: str = "/presenter", max_body: int = MAX_ATTENDEE_BODY) -> None:
+    def __init__(self, app: Any, exempt: str = "/presenter", max_body: int = MAX_ATTENDEE_BODY,
+                 cookie: str = "workbench_attendee") -> None:
         self.app = app
         self.exempt = exempt
         self.max_body = max_body
+        self.cookie = cookie
+        self.per_session = RateLimit(JOINS_PER_SESSION, JOINS_PER_SESSION_S)
+        self.per_address = RateLimit(JOINS_PER_ADDRESS, JOINS_PER_ADDRESS_S)
+
+    def _session(self, headers: list[tuple[bytes, bytes]]) -> str:
+        for key, value in headers:
+            if key == b"cookie":
+                for part in value.decode("latin-1").split(";"):
+                    name, _, cookie = part.strip().partition("=")
+                    if name == self.cookie:
+                        return cookie
+        return ""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
@@ -138,6 +163,13 @@ class AttendeeGuard:
         if any(path == p or path.startswith(p + "/") or path.startswith(p + "-") for p in UPLOAD_PATHS):
             await _plain(send, 403, "Attendees cannot upload files.")
             return
+        if path == QUEUE_JOIN and scope.get("method") == "POST":
+            address = (scope.get("client") or ("", 0))[0]
+            wait = self.per_session.take("s:" + self._session(scope.get("headers", []))) or self.per_address.take(address)
+            if wait:
+                await _plain(send, 429, json.dumps({"detail": f"Too many messages at once: send again in {wait:.0f} s."}),
+                             [(b"retry-after", str(max(1, round(wait))).encode())])
+                return
         length = next((v for k, v in scope.get("headers", []) if k == b"content-length"), None)
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             await _plain(send, 413, f"A request to the room may hold at most {self.max_body // 1024} KiB.")

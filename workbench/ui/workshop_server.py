@@ -170,7 +170,12 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
         address = request.client.host if request.client else ""
         try:
             # Wrong codes from this address make its attempts wait their turn (no thread held).
-            await asyncio.sleep(signin.wait_before_check(address))
+            wait = signin.wait_before_check(address)
+            try:
+                await asyncio.sleep(wait)
+            except asyncio.CancelledError:
+                signin.abandon(address)
+                raise
             session = room.sign_in(signin.check(name, code, address), address)
         except RoomError as exc:
             status = 429 if "network" in exc.message else 400

@@ -100,10 +100,16 @@ class SignIn:
     def check(self, name: str | None, code: str | None, client: str = "") -> str:
         """The normalised name if the code is right; else a RoomError (the failure is counted
         for `client`). Call after waiting `wait_before_check(client)` seconds."""
-        cleaned = normalize_name(name)
         if self._code is None:
-            return cleaned
-        if hmac.compare_digest((code or "").strip().encode(), self._code):
-            return cleaned
-        self.failures.failed(client)
-        raise RoomError("That room code is not right.", hint="Type the code exactly as the presenter shows it.")
+            return normalize_name(name)
+        right = hmac.compare_digest((code or "").strip().encode(), self._code)
+        if not right:
+            self.failures.failed(client)
+            raise RoomError("That room code is not right.", hint="Type the code exactly as the presenter shows it.")
+        self.failures.passed(client)
+        return normalize_name(name)
+
+    def abandon(self, client: str) -> None:
+        """The attempt `wait_before_check` reserved will not be checked (the client left)."""
+        if self._code is not None:
+            self.failures.passed(client)

@@ -55,8 +55,9 @@ class FailureDelay:
     (0.0: at once), or None when the address already has `max_wait_s` of attempts
     queued (refuse it as busy without checking: no answer leaks). Past the free
     failures, attempts are spaced `base_s`, doubling with each further failure, up
-    to `max_s`; attempts that queue behind others, `max_s`. `failed()` records a wrong attempt, `succeeded()` nothing: a right
-    one does not wipe the record (a guesser could otherwise reset it)."""
+    to `max_s`; attempts made while others wait, `max_s`. Each reserved attempt ends
+    with `failed()` (counted) or `passed()`; a right one does not wipe the record (a
+    guesser could otherwise reset it)."""
 
     def __init__(self, *, free: int, window_s: float, base_s: float, max_s: float, max_wait_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -64,6 +65,7 @@ class FailureDelay:
         self._clock = clock
         self._failures: dict[str, deque[float]] = {}
         self._next_slot: dict[str, float] = {}
+        self._pending: dict[str, int] = {}  # attempts reserved and not yet failed or passed
         self._lock = threading.Lock()
 
     def _recent(self, address: str, now: float, *, keep: bool = False) -> deque[float]:
@@ -82,24 +84,41 @@ class FailureDelay:
         now = self._clock()
         spacing = self.spacing(address)
         with self._lock:
+            pending = self._pending.get(address, 0)
             if spacing == 0.0:
+                self._pending[address] = pending + 1
                 return 0.0
             slot = max(now, self._next_slot.get(address, now))
             if slot - now > self.max_wait_s:
                 return None
-            # Attempts queued behind others are spaced the most: they were reserved before the
-            # failures ahead of them counted, and a guesser sends many at once.
-            self._next_slot[address] = slot + (self.max_s if slot > now else spacing)
+            # Attempts made while others from the address are still waiting are spaced the
+            # most: a guesser sends many at once, before the failures ahead of them count.
+            self._next_slot[address] = slot + (self.max_s if pending else spacing)
+            self._pending[address] = pending + 1
             return slot - now
 
     def failed(self, address: str) -> None:
+        """The reserved attempt was wrong."""
         now = self._clock()
         with self._lock:
+            self._release(address)
             self._recent(address, now, keep=True).append(now)
             while len(self._failures) > MAX_ADDRESSES:
                 old = next(iter(self._failures))
                 self._failures.pop(old)
                 self._next_slot.pop(old, None)
+
+    def passed(self, address: str) -> None:
+        """The reserved attempt was right, or never checked (the client left)."""
+        with self._lock:
+            self._release(address)
+
+    def _release(self, address: str) -> None:
+        left = self._pending.get(address, 0) - 1
+        if left > 0:
+            self._pending[address] = left
+        else:
+            self._pending.pop(address, None)
 
     def failures(self, address: str) -> int:
         with self._lock:
