@@ -104,13 +104,14 @@ def aiperf_bin() -> Path:
 def run_aiperf(url: str, level: int, requests: int, warmup: int, tokenizer: Path, out: Path) -> dict[str, float]:
     argv = [str(aiperf_bin()), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming",
             "--concurrency", str(level), "--request-count", str(requests),
-            "--warmup-request-count", str(warmup),
             "--synthetic-input-tokens-mean", str(ISL), "--synthetic-input-tokens-stddev", "0",
             "--output-tokens-mean", str(OSL), "--output-tokens-stddev", "0",
             "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OSL}",
             "--tokenizer", str(tokenizer), "--artifact-dir", str(out), "--ui-type", "none",
             "--no-server-metrics", "--no-gpu-telemetry", "--random-seed", "1",
             "--use-server-token-count"]  # usage.completion_tokens, as the workbench counts
+    if warmup:  # aiperf 0.13 refuses --warmup-request-count 0; leaving it out sends none
+        argv += ["--warmup-request-count", str(warmup)]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=out.parent, timeout=1800)
     if done.returncode != 0:
