@@ -7,9 +7,14 @@ workbench and then aiperf 0.13.0 run against the same server; the table shows,
 for TTFT, E2E, per-user decode and output tok/s, the truth of each tool's run
 (the server's record of the requests that tool sent), what each tool measured,
 and its error. Also: the server's worst send lag (if it grows, the server fell
-behind and the truth itself is late) and the workbench's client-lag verdict.
+behind and the truth itself is late), the workbench's client-lag verdict, and where
+the workbench's TTFT error comes from: client sent -> the server read the request
+(the server's own read/accept queue, which a client cannot see), and the server wrote
+the first token -> the client read it (the client's share). The issue's comparison is
+with no warm-up requests: --warmup 0. WORKBENCH_BENCH_LOOP=asyncio runs the workbench
+on asyncio's loop instead of uvloop.
 
-    .venv/bin/python benchmarks/bench_vs_aiperf.py [--levels 1,16,64,128,256] [--rounds 2]
+    .venv/bin/python benchmarks/bench_vs_aiperf.py [--levels 1,16,64,128,256] [--rounds 2] [--warmup 0]
 
 aiperf comes from <repo>/.venv-aiperf (AIPERF_BIN overrides); it runs without
 HF_HUB_OFFLINE (aiperf 0.13.0 rejects a local tokenizer path under it) and with
@@ -99,13 +104,14 @@ def aiperf_bin() -> Path:
 def run_aiperf(url: str, level: int, requests: int, warmup: int, tokenizer: Path, out: Path) -> dict[str, float]:
     argv = [str(aiperf_bin()), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming",
             "--concurrency", str(level), "--request-count", str(requests),
-            "--warmup-request-count", str(warmup),
             "--synthetic-input-tokens-mean", str(ISL), "--synthetic-input-tokens-stddev", "0",
             "--output-tokens-mean", str(OSL), "--output-tokens-stddev", "0",
             "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OSL}",
             "--tokenizer", str(tokenizer), "--artifact-dir", str(out), "--ui-type", "none",
             "--no-server-metrics", "--no-gpu-telemetry", "--random-seed", "1",
             "--use-server-token-count"]  # usage.completion_tokens, as the workbench counts
+    if warmup:  # aiperf 0.13 refuses --warmup-request-count 0; leaving it out sends none
+        argv += ["--warmup-request-count", str(warmup)]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=out.parent, timeout=1800)
     if done.returncode != 0:
