@@ -334,7 +334,7 @@ def test_cpu_demo_recipe(catalog):
     plan = render(Selection(hardware="cpu"), catalog)
     assert plan.recipe_id == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert plan.argv == ["vllm", "serve", "HuggingFaceTB/SmolLM2-135M-Instruct", "--enforce-eager",
-                         "--max-model-len", "4096", "--tensor-parallel-size", "1"]
+                         "--max-model-len", "4096", "--tensor-parallel-size", "1", "--enable-per-request-metrics"]
     assert plan.env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
     assert plan.local_build == "smollm2-135m-instruct"
     assert any("GPU-only" in n and "SmolLM2" in n for n in plan.notes)
