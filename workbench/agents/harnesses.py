@@ -247,7 +247,7 @@ def connection_for(url: str | None, *, model: str | None = None, context_length:
         root = normalize_base_url(url or "http://127.0.0.1:8000")
     except Exception as exc:
         raise InputError(f"{url!r} is not a server URL ({exc}).", hint="Give e.g. http://127.0.0.1:8000") from exc
-    if not api_key_env.replace("_", "").isalnum() or api_key_env[0].isdigit():
+    if not api_key_env.isascii() or not api_key_env.replace("_", "").isalnum() or api_key_env[0].isdigit():
         raise InputError(f"{api_key_env!r} is not an environment variable name.", hint="Use e.g. VLLM_API_KEY.")
     served: dict[str, Any] = {}
     problem = ""

@@ -219,6 +219,11 @@ def _reasoning(run: _Run, reply: StreamedReply) -> bool:
         run.add("reasoning", title, "fail", f"the content holds {leaked[0]!r}: reasoning leaked into the answer",
                 f"Start the server with {parser_flag} so vLLM splits it out.")
         return False
+    if any(m in reply.reasoning for m in _REASONING_MARKS[1:]):
+        run.add("reasoning", title, "fail", "the end-of-thinking marker '</think>' arrived inside the reasoning: "
+                "the answer never left it", f"The reasoning parser does not match the model (or the tokenizer lacks "
+                f"'</think>' as one token): start the server with {parser_flag}.")
+        return False
     if reply.reasoning:
         field_name = reply.reasoning_field or "reasoning"
         run.report.reasoning_field = field_name
@@ -272,9 +277,9 @@ def _tool_call(run: _Run) -> dict[str, Any] | None:
                     if reply.status_code == 400 else reply.error_change)
         return None
     if not reply.tool_calls:
-        marks = [m for m in _TOOL_MARKS if m in reply.content]
+        marks = [m for m in _TOOL_MARKS[:2] if m in reply.content + reply.reasoning]
         if marks:
-            run.add("tool_call", title, "fail", f"the call came back as text in the content ({marks[0]!r})",
+            run.add("tool_call", title, "fail", f"the call came back as text ({marks[0]!r}), not as delta.tool_calls",
                     f"The tool-call parser does not match the model's call format: start the server with {flags}.")
         else:
             run.add("tool_call", title, "fail", f"the model answered without calling the tool: "

@@ -94,23 +94,22 @@ def _expected(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _forcing_fields(base_url: str, model: str | None) -> Any:
     """The forcing model's replies are forced per request; anything else answers freely."""
-    from workbench.demo.forcing import verify_request_fields
-    from workbench.demo.models import FORCING_MODEL_NAME, cache_dir, special_token_ids
+    from workbench.demo.forcing import verify_fields_for_served_model
+    from workbench.demo.models import FORCING_MODEL_NAME
 
-    if model not in (None, FORCING_MODEL_NAME):
-        return None
-    try:
-        import httpx
+    if model is None:
+        try:
+            import httpx
 
-        ids = [m.get("id") for m in httpx.get(f"{base_url.rstrip('/')}/v1/models", timeout=10).json()["data"]]
-        if FORCING_MODEL_NAME not in ids:
+            ids = [m.get("id") for m in httpx.get(f"{base_url.rstrip('/')}/v1/models", timeout=10).json()["data"]]
+        except Exception:
             return None
-        token_ids = special_token_ids(cache_dir() / FORCING_MODEL_NAME)
-    except Exception:
-        return None
-    print("note: this is the tiny forcing model: each reply is forced by the request and parsed by vLLM's "
-          "real parsers.", file=sys.stderr)
-    return verify_request_fields(token_ids)
+        model = FORCING_MODEL_NAME if FORCING_MODEL_NAME in ids else None
+    fields = verify_fields_for_served_model(model)
+    if fields is not None:
+        print("note: this is the tiny forcing model: each reply is forced by the request and parsed by vLLM's "
+              "real parsers.", file=sys.stderr)
+    return fields
 
 
 def verify_command(args: argparse.Namespace) -> int:
@@ -120,7 +119,7 @@ def verify_command(args: argparse.Namespace) -> int:
     if args.tool is not None:
         try:
             tool = json.loads(args.tool.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise InputError(f"Cannot read the tool from {args.tool}: {exc}",
                              hint='Give a JSON file holding one OpenAI tool: {"type": "function", "function": {...}}') from exc
         if not isinstance(tool, dict):

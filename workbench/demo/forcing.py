@@ -147,3 +147,17 @@ def verify_request_fields(special_token_ids: Mapping[str, int], *, call_format: 
         return forcing_extra_body(text, special_token_ids) if text is not None else {}
 
     return fields
+
+
+def verify_fields_for_served_model(model: str | None) -> Callable[[str], dict[str, Any]] | None:
+    """The forced replies when `model` is the workbench's built forcing model; None otherwise
+    (a real model answers the verifier's prompts freely)."""
+    from workbench.demo.models import cache_dir, special_token_ids
+    from workbench.errors import WorkbenchError
+
+    if model != FORCING_MODEL_NAME:
+        return None
+    try:
+        return verify_request_fields(special_token_ids(cache_dir() / FORCING_MODEL_NAME))
+    except WorkbenchError:
+        return None
