@@ -416,7 +416,7 @@ def test_upstream_shaped_recipe_loads_unchanged(tmp_path):
     """Keys the workbench does not use (guide, strategy_hardware, amd overrides...) are fine."""
     root = _copy_recipes(tmp_path)
     path = root / "models" / "Qwen" / "Qwen3-8B.yaml"
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)  # the catalog has a Qwen folder (Qwen3-0.6B)
     path.write_text(
         "meta:\n  title: Qwen3 8B\n  hardware: {mi300x: verified}\n"
         "model:\n  model_id: Qwen/Qwen3-8B\n  min_vllm_version: '0.10.0'\n  architecture: dense\n"
