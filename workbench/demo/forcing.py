@@ -66,6 +66,7 @@ def forcing_extra_body(text: str, special_token_ids: Mapping[str, int]) -> dict[
 
 # Server flags the forcing model is served with (beyond the model path).
 FORCING_SERVER_FLAGS = (
+    "--enable-per-request-metrics",  # the server's own queue/prefill/decode times per response
     "--reasoning-parser",
     "nemotron_v3",
     "--enable-auto-tool-choice",
@@ -73,7 +74,6 @@ FORCING_SERVER_FLAGS = (
     "qwen3_coder",
     "--structured-outputs-config",
     '{"enable_in_reasoning": true}',
-    "--enable-per-request-metrics",
 )
 
 
