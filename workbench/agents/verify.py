@@ -376,7 +376,7 @@ def _parsers_match(run: _Run) -> None:
 def verify_endpoint(base_url: str, *, model: str | None = None, api_key: str | None = None,
                     tool: Mapping[str, Any] | None = None, expected: ExpectedParsers | None = None,
                     request_fields: RequestFields | None = None, timeout: float = 120.0,
-                    max_tokens: int = 256) -> VerifyReport:
+                    max_tokens: int = 1024) -> VerifyReport:
     """Run every check against `base_url` (the server's root; a trailing /v1 is accepted)."""
     try:
         root = normalize_base_url(base_url)

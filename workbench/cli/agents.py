@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
     v.add_argument("--tool", type=Path, metavar="FILE",
                    help="a JSON file with one OpenAI tool to call (default: get_weather(city))")
     v.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request (default 120)")
-    v.add_argument("--max-tokens", type=at_least(16), default=256, help="max_tokens per request (default 256)")
+    v.add_argument("--max-tokens", type=at_least(16), default=1024,
+                   help="max_tokens per request (default 1024: a reasoning model thinks before it calls the tool)")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     g = v.add_argument_group("compare with a recipe (default: the plan the workbench launched on that port)")
     g.add_argument("--recipe", help="recipe id or a unique part of it")
