@@ -21,7 +21,7 @@ from workbench.chat.server_metrics import (
     TurnServerFigures,
     request_figures_from_response,
 )
-from workbench.chat.transcript import server_stats_rows
+from workbench.chat.transcript import format_ms, server_stats_rows
 from workbench.errors import InputError
 from workbench.recipes import Selection, load_catalog, render
 
@@ -71,8 +71,9 @@ def test_a_turn_sums_its_requests_and_survives_a_save():
     stats = TurnStats(requests=3, server=turn)
     assert TurnStats.from_dict(json.loads(json.dumps(stats.to_dict()))) == stats
     rows = {r.key: r.value for r in server_stats_rows(stats)}
-    assert rows["server_prefill"] == "0.015 s" and rows["server_requests"] == "2 of 3"
+    assert rows["server_prefill"] == "15 ms" and rows["server_queue"] == "1 ms" and rows["server_requests"] == "2 of 3"
     assert server_stats_rows(TurnStats()) == []
+    assert [format_ms(v) for v in (None, 0.0376, 108.85, 2620.4)] == ["–", "0.04 ms", "109 ms", "2.62 s"]
 
 
 def test_expected_parsers_read_off_rendered_plans():

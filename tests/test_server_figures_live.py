@@ -12,6 +12,7 @@ import pytest
 from tests.helpers.vllm_servers import start_vllm_server
 from workbench.chat import ChatOptions, ChatSession, ErrorEvent, TurnFinished, TurnTranscript
 from workbench.chat.server_metrics import request_figures_from_response
+from workbench.chat.transcript import format_ms
 from workbench.recipes import Selection, load_catalog, render
 from workbench.ui.chat_render import stats_markdown
 
@@ -67,7 +68,7 @@ def test_the_chat_tab_shows_the_servers_own_figures(figures_server):
         transcript.apply(event)
     panel = stats_markdown(transcript)
     assert "measured by the client" in panel and "measured by the server" in panel
-    assert f"{server.prefill_ms / 1000:.3f} s" in panel
+    assert f"prefill (server): **{format_ms(server.prefill_ms)}**" in panel
     assert f"{spec.draft_tokens} drafted" in panel
     # Saved and restored with the conversation.
     assert type(stats).from_dict(stats.to_dict()) == stats

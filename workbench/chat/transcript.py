@@ -261,8 +261,13 @@ def stats_rows(finish_reason: str | None, s: TurnStats) -> list[StatsRow]:
     ]
 
 
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value / 1000:.3f} s"
+def format_ms(value: float | None) -> str:
+    """A server duration: milliseconds below a second (a queue wait is often a few hundredths), else seconds."""
+    if value is None:
+        return "–"
+    if value < 1:
+        return f"{value:.2f} ms"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.2f} s"
 
 
 def server_stats_rows(s: TurnStats) -> list[StatsRow]:
@@ -274,9 +279,9 @@ def server_stats_rows(s: TurnStats) -> list[StatsRow]:
     if server is None:
         return []
     rows = [
-        StatsRow("server_queue", "queue (server)", _ms(server.queue_ms)),
-        StatsRow("server_prefill", "prefill (server)", _ms(server.prefill_ms)),
-        StatsRow("server_decode", "decode (server)", _ms(server.decode_ms) + (
+        StatsRow("server_queue", "queue (server)", format_ms(server.queue_ms)),
+        StatsRow("server_prefill", "prefill (server)", format_ms(server.prefill_ms)),
+        StatsRow("server_decode", "decode (server)", format_ms(server.decode_ms) + (
             "" if server.decode_tokens_per_s is None else f", {server.decode_tokens_per_s:.1f} tok/s")),
     ]
     spec = server.spec_decode
