@@ -163,6 +163,17 @@ def test_each_harness_config_parses_and_carries_the_servers_values(name):
         assert {k.arg for k in calls[0].keywords} == {"base_url", "api_key"}
 
 
+def test_a_server_without_parsers_gets_configs_that_promise_neither():
+    from dataclasses import replace
+
+    plain = replace(CONNECTION, reasoning=False, tool_calls=False)
+    opencode = json.loads(render_harness("opencode", plain).files[0].text)
+    model = opencode["provider"]["vllm"]["models"][CONNECTION.model]
+    assert model["tool_call"] is False and model["reasoning"] is False
+    assert tomllib.loads(render_harness("openhands", plain).files[0].text)["llm"]["native_tool_calling"] is False
+    assert yaml.safe_load(render_harness("continue", plain).files[0].text)["models"][0]["capabilities"] == []
+
+
 def test_unknown_harness_is_refused_with_the_choices():
     with pytest.raises(InputError) as err:
         render_harness("cursor", CONNECTION)

@@ -124,6 +124,8 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
     config = page.locator("#connect-config")
     _wait_for(lambda: "HuggingFaceTB/SmolLM2-135M-Instruct" in config.inner_text(), 30, "the OpenCode config")
     assert f"127.0.0.1:{port}/v1" in config.inner_text() and '"context": 4096' in config.inner_text()
+    assert '"tool_call": false' in config.inner_text()  # SmolLM2 is served without a tool parser
+    assert "\"tool_call\": false" in config.inner_text()  # SmolLM2 is served without a tool parser
     page.screenshot(path=str(artifacts_dir / "ui-agent-panel.png"), full_page=True)
 
     page.get_by_role("tab", name="Chat").click()

@@ -32,6 +32,10 @@ class Connection:
     model: str  # the served model name clients send as `model`
     context_length: int
     api_key_env: str = "VLLM_API_KEY"
+    # Whether the server splits reasoning / parses tool calls (its --reasoning-parser,
+    # --tool-call-parser); a config must not promise what the server does not do.
+    reasoning: bool = True
+    tool_calls: bool = True
 
     @property
     def openai_base_url(self) -> str:
@@ -97,7 +101,7 @@ def _opencode(c: Connection) -> RenderedHarness:
             "name": "vLLM (Nemotron workbench)",
             "options": {"baseURL": c.openai_base_url, "apiKey": f"{{env:{c.api_key_env}}}"},
             "models": {c.model: {
-                "name": c.model, "tool_call": True, "reasoning": True,
+                "name": c.model, "tool_call": c.tool_calls, "reasoning": c.reasoning,
                 "limit": {"context": c.context_length, "output": c.max_output_tokens},
             }},
         }},
@@ -133,7 +137,7 @@ def _continue(c: Connection) -> RenderedHarness:
         "models": [{
             "name": f"{c.model} (vLLM)", "provider": "openai", "model": c.model,
             "apiBase": c.openai_base_url, "apiKey": f"${{{{ secrets.{c.api_key_env} }}}}",
-            "roles": ["chat", "edit", "apply"], "capabilities": ["tool_use"],
+            "roles": ["chat", "edit", "apply"], "capabilities": ["tool_use"] if c.tool_calls else [],
             "defaultCompletionOptions": {"contextLength": c.context_length, "maxTokens": c.max_output_tokens},
         }],
     }
@@ -163,7 +167,7 @@ def _openhands(c: Connection) -> RenderedHarness:
         "[llm]",
         f"model = {_toml_string('openai/' + c.model)}",
         f"base_url = {_toml_string(c.openai_base_url)}",
-        "native_tool_calling = true",
+        f"native_tool_calling = {'true' if c.tool_calls else 'false'}",
         f"max_input_tokens = {c.context_length}",
         f"max_output_tokens = {c.max_output_tokens}",
     ]) + "\n"
@@ -239,9 +243,10 @@ def render_harness(name: str, connection: Connection) -> RenderedHarness:
 
 def connection_for(url: str | None, *, model: str | None = None, context_length: int | None = None,
                    api_key_env: str = "VLLM_API_KEY", api_key: str | None = None,
-                   timeout: float = 10.0) -> Connection:
+                   server_argv: list[str] | None = None, timeout: float = 10.0) -> Connection:
     """Ask the server (GET /v1/models) for its model name and max_model_len; the
-    arguments given win. Raises InputError when neither the server nor the
+    arguments given win. `server_argv` (the command the server was started with, when
+    known) says whether it has a reasoning and a tool-call parser. Raises InputError when neither the server nor the
     arguments say what is needed."""
     try:
         root = normalize_base_url(url or "http://127.0.0.1:8000")
@@ -266,4 +271,7 @@ def connection_for(url: str | None, *, model: str | None = None, context_length:
         raise InputError(f"Cannot tell the served model and its context length: {problem or 'the server did not say'}.",
                          hint="Start the server (Server tab or `python -m workbench serve`), or pass --model and "
                          "--context-length.")
-    return Connection(root, str(name), int(length), api_key_env)
+    if server_argv is None:
+        return Connection(root, str(name), int(length), api_key_env)
+    return Connection(root, str(name), int(length), api_key_env, reasoning="--reasoning-parser" in server_argv,
+                      tool_calls="--tool-call-parser" in server_argv)

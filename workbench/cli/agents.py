@@ -151,7 +151,7 @@ def connect_command(args: argparse.Namespace) -> int:
         return 0 if args.list else 2
     url = args.url or _running_server_url()
     connection = connection_for(url, model=args.model, context_length=args.context_length,
-                                api_key_env=args.api_key_env)
+                                api_key_env=args.api_key_env, server_argv=_launched_argv(url) if url else None)
     rendered = render_harness(args.harness, connection)
     if args.json:
         print(json.dumps(rendered.to_dict(), indent=2, ensure_ascii=False))

@@ -44,8 +44,10 @@ def connect_text(slot, harness: str) -> tuple[str, str]:
     base_url, model = slot.ready_server()
     if base_url is None:
         return f"⚠ {model}", ""
+    handle = slot.current()
+    argv = (handle.plan or {}).get("argv") if handle is not None else None
     try:
-        rendered = render_harness(str(harness or ""), connection_for(base_url, model=model))
+        rendered = render_harness(str(harness or ""), connection_for(base_url, model=model, server_argv=argv))
     except WorkbenchError as exc:
         return f"⚠ {exc.message} {exc.hint or ''}", ""
     notes = "\n".join(f"- {n}" for n in rendered.notes)
