@@ -29,11 +29,13 @@ def catalog():
 def test_picker_starts_on_the_given_hardware_with_the_recipe_for_it(catalog):
     picker = widgets.RecipePicker(catalog, "cpu")
     assert picker.plan.hardware == "cpu"
-    assert picker.plan.argv == render(Selection(hardware="cpu", features=[]), catalog).argv
+    # the CPU demo's default features: per-request figures on, n-gram drafting opt-in
+    assert picker.plan.argv == render(Selection(hardware="cpu"), catalog).argv
+    assert "--enable-per-request-metrics" in picker.plan.argv and "--speculative-config" not in picker.plan.argv
     assert "vllm serve HuggingFaceTB/SmolLM2-135M-Instruct" in picker.command.value
     assert "VLLM_CPU_KVCACHE_SPACE=1" in picker.command.value
-    # the CPU demo has no features; the choice lists come from its recipe
-    assert picker._feature_boxes == {}
+    # the choice lists come from its recipe
+    assert set(picker._feature_boxes) == {"per_request_metrics"}  # spec_decoding is the spec-mode choice
     assert [v for _, v in picker.variant.options] == ["", "default"]
 
 

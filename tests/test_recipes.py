@@ -334,7 +334,8 @@ def test_cpu_demo_recipe(catalog):
     plan = render(Selection(hardware="cpu"), catalog)
     assert plan.recipe_id == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert plan.argv == ["vllm", "serve", "HuggingFaceTB/SmolLM2-135M-Instruct", "--enforce-eager",
-                         "--max-model-len", "4096", "--enable-prompt-tokens-details", "--tensor-parallel-size", "1"]
+                         "--max-model-len", "4096", "--enable-prompt-tokens-details", "--tensor-parallel-size", "1",
+                         "--enable-per-request-metrics"]
     assert plan.env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
     assert plan.local_build == "smollm2-135m-instruct"
     assert any("GPU-only" in n and "SmolLM2" in n for n in plan.notes)
@@ -416,7 +417,7 @@ def test_upstream_shaped_recipe_loads_unchanged(tmp_path):
     """Keys the workbench does not use (guide, strategy_hardware, amd overrides...) are fine."""
     root = _copy_recipes(tmp_path)
     path = root / "models" / "Qwen" / "Qwen3-8B.yaml"
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)  # the catalog has a Qwen folder (Qwen3-0.6B)
     path.write_text(
         "meta:\n  title: Qwen3 8B\n  hardware: {mi300x: verified}\n"
         "model:\n  model_id: Qwen/Qwen3-8B\n  min_vllm_version: '0.10.0'\n  architecture: dense\n"

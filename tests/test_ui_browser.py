@@ -111,6 +111,23 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
     # The page shows the time the launcher measured, to the tenth of a second.
     assert float(ready.group(1)) == pytest.approx(handle.time_to_ready_s, abs=0.051)
 
+    # The agent panel: the verifier against the launched server, compared with its plan; a harness's config.
+    page.get_by_text("Agent readiness", exact=False).click()
+    page.locator("#server-verify").click()
+    summary = page.locator("#verify-summary")
+    _wait_for(lambda: "pass" in summary.inner_text() or "failed" in summary.inner_text(), 180,
+              "the endpoint verifier", page, artifacts_dir / "ui-verify-timeout.png")
+    verdict = page.locator("#verify-table").inner_text()
+    assert "All checks that apply pass" in summary.inner_text(), verdict
+    assert "not applicable" in verdict and "no tool-call parser" in verdict  # SmolLM2 has none
+    page.locator("#connect-show").click()
+    config = page.locator("#connect-config")
+    _wait_for(lambda: "HuggingFaceTB/SmolLM2-135M-Instruct" in config.inner_text(), 30, "the OpenCode config")
+    assert f"127.0.0.1:{port}/v1" in config.inner_text() and '"context": 4096' in config.inner_text()
+    assert '"tool_call": false' in config.inner_text()  # SmolLM2 is served without a tool parser
+    assert "\"tool_call\": false" in config.inner_text()  # SmolLM2 is served without a tool parser
+    page.screenshot(path=str(artifacts_dir / "ui-agent-panel.png"), full_page=True)
+
     page.get_by_role("tab", name="Chat").click()
     # The demo recipe's sampling (SmolLM2's temperature 0.2), not Nemotron's 1.0; greedy is checkable.
     page.get_by_text("Options", exact=True).click()
@@ -124,6 +141,10 @@ def test_launch_chat_throughput_stop_in_the_browser(browser, plain_app, artifact
               artifacts_dir / "ui-chat-timeout.png")
     _wait_for(lambda: "decode" in page.locator("#chat-stats").inner_text(), 60, "the turn's statistics")
     assert "time to first token" in page.locator("#chat-stats").inner_text()
+    # The recipe renders --enable-per-request-metrics: the server's own figures sit beside the client's.
+    _wait_for(lambda: "measured by the server" in page.locator("#chat-stats").inner_text(), 30,
+              "the server's per-request figures")
+    assert "prefill (server)" in page.locator("#chat-stats").inner_text()
     page.screenshot(path=str(artifacts_dir / "ui-chat.png"), full_page=True)
 
     # Export: one click downloads the conversation as the workbench's JSON.

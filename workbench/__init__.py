@@ -6,6 +6,7 @@ The flow, one subpackage per stage:
     planner/   LaunchPlan + config.json --plan_memory--> MemoryPlan (KV cache, concurrency vs context)
     server/    LaunchPlan --launch--> ServerProcess (phases, log, diagnosis, stop)
     chat/      base_url --ChatSession.stream--> typed events --TurnTranscript--> a view
+    agents/    base_url --verify_endpoint--> VerifyReport;  --render_harness--> an agent harness's config
     metrics/   base_url --MetricsPoller--> ThroughputFigures
     telemetry/ this machine's GPUs --read_gpus/GpuPoller--> GpuReading (NVML; nvidia-smi; or none)
     bench/     base_url --run_benchmark--> BenchResult
@@ -68,6 +69,12 @@ _EXPORTS: dict[str, str] = {
     "check_fits": "workbench.bench",
     "preset_config": "workbench.bench",
     "run_benchmark": "workbench.bench",
+    # agents
+    "ExpectedParsers": "workbench.agents.verify",
+    "connection_for": "workbench.agents.harnesses",
+    "render_harness": "workbench.agents.harnesses",
+    "verify_endpoint": "workbench.agents.verify",
+    "verify_request_fields": "workbench.demo.forcing",
     # errors: every class of the tree, so a notebook can catch exactly what it means
     "BenchError": "workbench.errors",
     "BenchShapeError": "workbench.errors",
@@ -110,10 +117,18 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from workbench.agents.harnesses import connection_for, render_harness
+    from workbench.agents.verify import ExpectedParsers, verify_endpoint
     from workbench.bench import DGX_SPARK_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
     from workbench.chat import ChatOptions, ChatSession
     from workbench.chat.tools import ToolRegistry, builtin_tools
-    from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
+    from workbench.demo.forcing import (
+        forcing_extra_body,
+        forcing_plan,
+        reasoning_then_answer,
+        reasoning_then_tool_call,
+        verify_request_fields,
+    )
     from workbench.demo.models import build_forcing_model, special_token_ids
     from workbench.errors import (
         BenchError,

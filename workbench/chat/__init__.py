@@ -4,6 +4,7 @@
     conversation.py  messages as sent (reasoning kept for display, never sent back)
     options.py       ChatOptions and the per-request hook
     stream.py        one streamed request: SSE chunks -> events
+    server_metrics.py  vLLM's per-request `metrics` (queue, prefill, decode, spec-decode acceptance)
     budget.py        the client-side reasoning budget's continuation
     failures.py      SDK and server failures -> an ErrorEvent with a hint
     session.py       ChatSession: the async core, sync wrappers, the tool loop, stop()
@@ -31,7 +32,8 @@ from workbench.chat.events import (
 )
 from workbench.chat.options import ChatOptions, RequestHook, RequestInfo
 from workbench.chat.session import ChatSession
-from workbench.chat.transcript import TurnTranscript, stats_rows
+from workbench.chat.server_metrics import TurnServerFigures
+from workbench.chat.transcript import TurnTranscript, server_stats_rows, stats_rows
 
 __all__ = [
     "CONVERSATION_FORMAT",
@@ -55,8 +57,10 @@ __all__ = [
     "ToolResult",
     "TurnFinished",
     "TurnResult",
+    "TurnServerFigures",
     "TurnStats",
     "TurnTranscript",
     "Usage",
+    "server_stats_rows",
     "stats_rows",
 ]

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, Union
 
+from workbench.chat.server_metrics import TurnServerFigures
+
 __all__ = [
     "ChatEvent",
     "ChatEventKind",
@@ -186,13 +188,17 @@ class TurnStats:
     # False when a request ended without a usage chunk (stopped): its completion
     # tokens are then counted from the streamed deltas, which vLLM sends one token each.
     usage_complete: bool = True
+    # What the server measured (vLLM's per-request `metrics`), when it answered them.
+    server: TurnServerFigures | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TurnStats:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        kept = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        kept["server"] = TurnServerFigures.from_dict(data.get("server"))
+        return cls(**kept)
 
 
 @dataclass(frozen=True)

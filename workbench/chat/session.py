@@ -35,6 +35,7 @@ from workbench.chat.events import (
 from workbench.chat.failures import error_event
 from workbench.chat.options import ChatOptions, RequestHook, RequestInfo, deep_merge
 from workbench.chat.stream import PendingCall, Step, chat_chunk_events, complete_call, completion_chunk_events
+from workbench.chat.server_metrics import TurnServerFigures
 from workbench.chat.tools import ToolRegistry
 from workbench.errors import WorkbenchError
 from workbench.urls import normalize_base_url
@@ -62,9 +63,12 @@ class _Tally:
         self.requests = 0
         self.tool_calls = 0
         self.saw_reasoning = False
+        self.server: TurnServerFigures | None = None  # only when a request reported vLLM's metrics
 
     def account(self, step: Step) -> None:
         self.requests += 1
+        if step.server_figures is not None:
+            self.server = (self.server or TurnServerFigures()).add(step.server_figures)
         self.usage = self.usage + step.usage
         self.saw_reasoning = self.saw_reasoning or bool(step.reasoning)
         completion = step.usage.completion_tokens
@@ -101,6 +105,7 @@ class _Tally:
             requests=self.requests,
             tool_calls=self.tool_calls,
             usage_complete=self.usage_complete,
+            server=self.server,
         )
 
 

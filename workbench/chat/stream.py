@@ -21,6 +21,7 @@ from workbench.chat.events import (
     ToolCallStarted,
     Usage,
 )
+from workbench.chat.server_metrics import RequestServerFigures, request_figures_from_response
 
 __all__ = ["PendingCall", "Step", "chat_chunk_events", "complete_call", "completion_chunk_events", "usage_from"]
 
@@ -50,6 +51,7 @@ class Step:
     stopped: bool = False
     deltas: int = 0  # streamed chunks that carried a token
     continuation: Step | None = None  # the client-side budget's second request
+    server_figures: RequestServerFigures | None = None  # vLLM's per-request `metrics`, when sent
 
     def mark_token(self, now: float, is_reasoning: bool) -> None:
         self.deltas += 1
@@ -100,6 +102,7 @@ def chat_chunk_events(chunk: Any, step: Step, step_number: int) -> list[ChatEven
     events: list[ChatEvent] = []
     if getattr(chunk, "usage", None) is not None:
         step.usage = usage_from(chunk.usage)
+        step.server_figures = request_figures_from_response(chunk) or step.server_figures
     for choice in chunk.choices or []:
         delta = choice.delta
         now = time.monotonic()
@@ -136,6 +139,7 @@ def completion_chunk_events(chunk: Any, step: Step, step_number: int) -> list[Ch
     events: list[ChatEvent] = []
     if getattr(chunk, "usage", None) is not None:
         step.usage = usage_from(chunk.usage)
+        step.server_figures = request_figures_from_response(chunk) or step.server_figures
     for choice in chunk.choices or []:
         if choice.text:
             step.mark_token(time.monotonic(), False)

@@ -259,3 +259,38 @@ def stats_rows(finish_reason: str | None, s: TurnStats) -> list[StatsRow]:
         StatsRow("requests", "requests", str(s.requests)),
         StatsRow("turn", "turn", _seconds(s.total_s)),
     ]
+
+
+def format_ms(value: float | None) -> str:
+    """A server duration: milliseconds below a second (a queue wait is often a few hundredths), else seconds."""
+    if value is None:
+        return "–"
+    if value < 1:
+        return f"{value:.2f} ms"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.2f} s"
+
+
+def server_stats_rows(s: TurnStats) -> list[StatsRow]:
+    """The server's own figures for the turn (vLLM's per-request metrics), beside the client's.
+
+    Empty when the server did not report them (started without --enable-per-request-metrics).
+    """
+    server = s.server
+    if server is None:
+        return []
+    rows = [
+        StatsRow("server_queue", "queue (server)", format_ms(server.queue_ms)),
+        StatsRow("server_prefill", "prefill (server)", format_ms(server.prefill_ms)),
+        StatsRow("server_decode", "decode (server)", format_ms(server.decode_ms) + (
+            "" if server.decode_tokens_per_s is None else f", {server.decode_tokens_per_s:.1f} tok/s")),
+    ]
+    spec = server.spec_decode
+    if spec is not None:
+        rate, length = spec.acceptance_rate, spec.mean_acceptance_length
+        rows.append(StatsRow(
+            "server_spec_acceptance", "spec-decode acceptance (server)",
+            "–" if rate is None or length is None else
+            f"{rate:.0%} of {spec.draft_tokens} drafted, {length:.2f} tokens/step"))
+    if server.requests < s.requests:
+        rows.append(StatsRow("server_requests", "requests reported by the server", f"{server.requests} of {s.requests}"))
+    return rows

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from workbench.chat import ChatEvent, ChatOptions, ChatSession, TurnTranscript, stats_rows
+from workbench.chat import ChatEvent, ChatOptions, ChatSession, TurnTranscript, server_stats_rows, stats_rows
 from workbench.chat.tools import builtin_tools
 from workbench.chat.transcript import Answer, ErrorPart, NoticePart, Thinking, ToolCallPart
 from workbench.server import resolve_server_url
@@ -126,6 +126,7 @@ def render_events(events: Iterable[ChatEvent], out: TextIO, err: TextIO) -> int:
     if transcript.finished is not None:
         out.write("\n")
         rows = stats_rows(transcript.finished.finish_reason, transcript.finished.stats)
+        rows += server_stats_rows(transcript.finished.stats)
         err.write(f"{dim}[stats] " + " ".join(f"{r.key}={r.value}" for r in rows) + f"{reset}\n")
     return 1 if transcript.error() else 0
 

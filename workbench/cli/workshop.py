@@ -78,7 +78,7 @@ def workshop_command(args: argparse.Namespace) -> int:
                              trusted_proxy=args.trusted_proxy)
     if args.check or args.download:
         from workbench.server import find_running
-        from workbench.server.preflight import day_of_checks, download_weights, warm_up_check
+        from workbench.server.preflight import agent_endpoint_checks, day_of_checks, download_weights, warm_up_check
 
         plan = _plan(args)
         if args.download:
@@ -92,6 +92,8 @@ def workshop_command(args: argparse.Namespace) -> int:
 
             handle = attach(url, api_key=args.api_key, state_dir=args.state_dir)
             checks.append(warm_up_check(handle.base_url, model or handle.model, api_key=args.api_key))
+            checks += agent_endpoint_checks(handle.base_url, model or handle.model, plan_argv=plan.argv,
+                                            api_key=args.api_key)
         return _print_checks(checks)
 
     from workbench import server

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from workbench.demo.models import FORCING_MODEL_NAME
@@ -66,6 +66,7 @@ def forcing_extra_body(text: str, special_token_ids: Mapping[str, int]) -> dict[
 
 # Server flags the forcing model is served with (beyond the model path).
 FORCING_SERVER_FLAGS = (
+    "--enable-per-request-metrics",  # the server's own queue/prefill/decode times per response
     "--reasoning-parser",
     "nemotron_v3",
     "--enable-auto-tool-choice",
@@ -114,3 +115,49 @@ def _multi_node_tp(plan: LaunchPlan, catalog: Catalog, nodes: int) -> LaunchPlan
         plan, argv=argvs[0], worker_argvs=argvs[1:], strategy="multi_node_tp", nodes=nodes, tensor_parallel_size=nodes,
         deploy_type="multi_node", docker_argv=head_docker, worker_docker_argvs=[],
         notes=[*plan.notes, f"Tensor parallel {nodes} across {nodes} nodes (multi_node_tp)."])
+
+
+def reasoning_then_hermes_call(reasoning: str, name: str, arguments: Mapping[str, object]) -> str:
+    """Reasoning, then one call in the hermes JSON form Qwen3 writes."""
+    call = json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
+    return f"{reasoning}\n</think>\n\n<tool_call>\n{call}\n</tool_call>"
+
+
+def verify_request_fields(special_token_ids: Mapping[str, int], *, call_format: str = "qwen3_coder",
+                          model_opens_think: bool = False) -> Callable[[str], dict[str, Any]]:
+    """Forced replies for `workbench.agents.verify` checks, so a random-weight model passes
+    them through vLLM's real parsers: an answer after reasoning, an answer with reasoning
+    off, a get_weather(city=Paris) call, an answer to the tool's result.
+
+    call_format: "qwen3_coder" (XML, the Nemotron forcing model) or "hermes" (JSON, Qwen3).
+    model_opens_think: the model writes `<think>` itself (Qwen3's template does not open it).
+    """
+    opening = "<think>\n" if model_opens_think else ""
+    tool_call = reasoning_then_hermes_call if call_format == "hermes" else reasoning_then_tool_call
+    texts = {
+        "stream": opening + reasoning_then_answer("The user asks for 2 + 3, which is 5.", "2 + 3 = 5."),
+        "reasoning_off": "2 + 3 = 5.",
+        "tool_call": opening + tool_call("The user wants the weather in Paris: call the tool.",
+                                         "get_weather", {"city": "Paris"}),
+        "multi_step": opening + reasoning_then_answer("The tool answered 21 degrees.", "It is 21 °C in Paris."),
+    }
+
+    def fields(check: str) -> dict[str, Any]:
+        text = texts.get(check)
+        return forcing_extra_body(text, special_token_ids) if text is not None else {}
+
+    return fields
+
+
+def verify_fields_for_served_model(model: str | None) -> Callable[[str], dict[str, Any]] | None:
+    """The forced replies when `model` is the workbench's built forcing model; None otherwise
+    (a real model answers the verifier's prompts freely)."""
+    from workbench.demo.models import cache_dir, special_token_ids
+    from workbench.errors import WorkbenchError
+
+    if model != FORCING_MODEL_NAME:
+        return None
+    try:
+        return verify_request_fields(special_token_ids(cache_dir() / FORCING_MODEL_NAME))
+    except WorkbenchError:
+        return None

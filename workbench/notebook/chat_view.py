@@ -11,7 +11,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from workbench.chat import ChatEvent, ChatSession, ErrorEvent, TurnFinished, TurnResult, TurnTranscript, stats_rows
+from workbench.chat import ChatEvent, ChatSession, ErrorEvent, TurnFinished, TurnResult, TurnTranscript, server_stats_rows, stats_rows
 from workbench.chat.events import collect
 from workbench.chat.transcript import Answer, Thinking
 from workbench.errors import WorkbenchError
@@ -87,7 +87,7 @@ class ChatView:
         if error:
             lines.append(error_html(WorkbenchError(error.message, hint=error.hint)))
         if t.finished:
-            rows = stats_rows(t.finished.finish_reason, t.finished.stats)
+            rows = stats_rows(t.finished.finish_reason, t.finished.stats) + server_stats_rows(t.finished.stats)
             head = f"finish: <code>{esc(rows[0].value)}</code>"
             lines.append("<small>" + " · ".join([head, *(f"{esc(r.label)} {esc(r.value)}" for r in rows[1:])])
                          + "</small>")

@@ -158,6 +158,10 @@ def _validate_feature(p: _Problems, base: str, f: Any) -> None:
     _check_args(p, f, base, ("args",))
     _check_env(p, f, base, ("env",))
     _check_overrides(p, f.get("hardware_overrides"), f"{base}.hardware_overrides")
+    with_features = f.get("with_features")
+    if with_features is not None and not (isinstance(with_features, dict)
+                                          and all(_is_str_list(a) for a in with_features.values())):
+        p.add(f"{base}.with_features", "a mapping of other feature -> args added when both are on", with_features)
     modes = f.get("modes")
     if modes is None:
         return

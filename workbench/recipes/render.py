@@ -203,6 +203,10 @@ def _feature_units(res: _Resolved) -> list[Unit]:
             continue
         ho = keyed(feat.get("hardware_overrides"), res.hw) or {}
         out += units(ho.get("args", feat.get("args") or []), f"feature:{f}")
+        # Flags that only make sense beside another feature (e.g. spec-decode metrics need spec decoding).
+        for other, args in (feat.get("with_features") or {}).items():
+            if other in res.features:
+                out += units(args, f"feature:{f}")
     return out
 
 

@@ -110,11 +110,24 @@ def launch(
 
     Returns as soon as the process is running; `handle.wait_ready()` blocks
     until /health and /v1/models answer, `handle.events()` / `on_event` give
-    the phases as they pass. `progress` receives model-build messages (default: the
-`workbench.server` logger)."""
+    the phases as they pass. `progress` receives model-build and download messages
+    (default: the `workbench.server` logger)."""
     command = prepare(plan, mode=mode, python=python, host=host, port=port, progress=progress)
+    if command.mode == "local" and plan.hardware == "cpu" and not plan.local_build:
+        download_first(plan.argv[2], progress)
     return start(command, state_dir=state_dir, on_event=on_event, check_port=check_port,
                  stop_at_exit=stop_at_exit)
+
+
+def download_first(model_id: str, progress: Callable[[str], None] | None = None) -> None:
+    """A CPU plan that names a Hub model (e.g. Qwen3-0.6B on a laptop with a network):
+    download it with progress before vLLM starts, instead of inside vLLM's start-up where
+    the Server tab shows nothing moving. Nothing to do when it is already cached."""
+    from workbench.server.preflight import download_weights, weights_check
+
+    if Path(model_id).is_dir() or weights_check(model_id).status == "ok":
+        return
+    download_weights(model_id, progress=progress or log.info)
 
 
 def attach(

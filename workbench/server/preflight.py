@@ -21,7 +21,7 @@ from workbench.server import hardware
 from workbench.telemetry import MEMORY_DEVICE, GpuSource, read_gpus
 from workbench.server.command import docker_engine_problem, vllm_executable
 
-__all__ = ["CheckStatus", "EnvironmentCheck", "day_of_checks", "docker_image_check", "download_weights",
+__all__ = ["CheckStatus", "EnvironmentCheck", "agent_endpoint_checks", "day_of_checks", "docker_image_check", "download_weights",
            "environment_checks", "hf_cache_dir", "memory_headroom_check", "warm_up_check", "weights_check"]
 
 CheckStatus = Literal["ok", "missing", "warning"]
@@ -343,6 +343,21 @@ def warm_up_check(base_url: str, model: str, *, api_key: str | None = None, requ
                                 "if the server is still starting, run the warm-up again once it is ready.")
     found = "first request {:.2f} s".format(seconds[0]) + "".join(f", then {s:.2f} s" for s in seconds[1:])
     return EnvironmentCheck("warm-up request", "ok", found + " (the first one compiled what the rest reuse)")
+
+
+def agent_endpoint_checks(base_url: str, model: str | None = None, *, plan_argv: list[str] | None = None,
+                          api_key: str | None = None) -> list[EnvironmentCheck]:
+    """The day-of form of `python -m workbench verify`: what attendees' agents depend on
+    (reasoning apart from the answer, native tool calls, a multi-step call), each as a check.
+    Not applicable is "ok" with its reason: a server without a parser is not broken."""
+    from workbench.agents.verify import ExpectedParsers, verify_endpoint
+
+    expected = ExpectedParsers.from_argv(plan_argv) if plan_argv else None
+    report = verify_endpoint(base_url, model=model, api_key=api_key, expected=expected)
+    status: dict[str, CheckStatus] = {"pass": "ok", "fail": "missing", "not_applicable": "ok"}
+    return [EnvironmentCheck(f"agents: {c.title}", status[c.outcome],
+                             ("not applicable: " if c.outcome == "not_applicable" else "") + c.found, c.change)
+            for c in report.checks]
 
 
 def day_of_checks(plan: Any, *, mode: str = "auto", meminfo: Path = Path("/proc/meminfo"),

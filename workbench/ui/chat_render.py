@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from workbench.chat import TurnTranscript, stats_rows
+from workbench.chat import TurnTranscript, server_stats_rows, stats_rows
 from workbench.chat.transcript import Answer, ErrorPart, NoticePart, Part, Thinking, ToolCallPart
 
 __all__ = ["error_message", "stats_markdown", "tools_text", "turn_messages"]
@@ -80,4 +80,16 @@ def stats_markdown(transcript: TurnTranscript) -> str:
     rows = stats_rows(transcript.finished.finish_reason, transcript.finished.stats)
     # The finish reason closes the list, after what was measured.
     ordered = [*rows[1:], rows[0]]
-    return "**This turn (measured by the client)**\n\n" + "\n".join(f"- {r.label}: **{r.value}**" for r in ordered)
+    client = "**This turn (measured by the client)**\n\n" + "\n".join(f"- {r.label}: **{r.value}**" for r in ordered)
+    return client + server_stats_markdown(transcript)
+
+
+def server_stats_markdown(transcript: TurnTranscript) -> str:
+    """The server's own queue / prefill / decode times and spec-decode acceptance, when it sent them."""
+    if transcript.finished is None:
+        return ""
+    rows = server_stats_rows(transcript.finished.stats)
+    if not rows:
+        return ("\n\n*The server sent no per-request figures (start it with "
+                "`--enable-per-request-metrics` to see its queue, prefill and decode times).*")
+    return "\n\n**This turn (measured by the server)**\n\n" + "\n".join(f"- {r.label}: **{r.value}**" for r in rows)

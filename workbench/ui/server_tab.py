@@ -158,6 +158,9 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
                          interactive=False, elem_id="server-nodes")
     log = gr.Code(label="Log (last lines)", language="shell", lines=14, max_lines=14, interactive=False,
                   elem_id="server-log")
+    from workbench.ui import agents_panel
+
+    agents_panel.create_ui(slot)
     timer = gr.Timer(1.0)
     tab = ServerTab(plan_md, launch_btn, stop_btn, keep, attach_url, attach_key, attach_btn, status, phases, log, timer)
 
