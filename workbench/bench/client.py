@@ -30,6 +30,7 @@ from workbench.errors import MetricsError, WorkbenchError
 from workbench.metrics.parse import (
     GENERATION_TOKENS,
     PROMPT_TOKENS,
+    SPEC_ACCEPTED_PER_POSITION,
     SPEC_ACCEPTED_TOKENS,
     SPEC_DRAFT_TOKENS,
     SPEC_DRAFTS,
@@ -186,6 +187,7 @@ class _StreamReader:
             record.first_chunk_tokens = _int_or_none((usage or {}).get("completion_tokens"))
         if kind is ChunkKind.USAGE and parsed is not None:
             _take_usage(record, parsed["usage"])
+            _take_spec_metrics(record, parsed.get("metrics"))
         elif kind is ChunkKind.ERROR and parsed is not None:
             record.error = f"the server sent an error event: {_error_text(parsed)}"
         record.add_event(now, kind)
@@ -242,6 +244,13 @@ def _take_usage(record: RequestRecord, usage: dict[str, Any]) -> None:
     record.reasoning_tokens = _int_or_none(details.get("reasoning_tokens")) if isinstance(details, dict) else None
     if record.completion_tokens is None:
         raise StreamShapeError(f"the usage chunk has no integer completion_tokens: {usage!r:.120}")
+
+
+def _take_spec_metrics(record: RequestRecord, metrics: Any) -> None:
+    """vLLM puts per-request speculative-decoding acceptance on the final usage chunk
+    (`metrics.speculative_decoding`) when served with --per-request-spec-decode-metrics."""
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    record.spec_decoding = spec if isinstance(spec, dict) else None
 
 
 def open_session(connections: int, timeout_s: float) -> aiohttp.ClientSession:
@@ -331,6 +340,22 @@ _COUNTERS = {
 }
 
 
+def _per_position(before: Snapshot, after: Snapshot) -> list[float] | None:
+    """Accepted draft tokens at each draft position over the window (vLLM's per-position counter)."""
+    def by_position(snapshot: Snapshot) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for (name, labels), value in snapshot.counters.items():
+            position = dict(labels).get("position")
+            if name == SPEC_ACCEPTED_PER_POSITION and position is not None and position.isdigit():
+                out[int(position)] = out.get(int(position), 0.0) + value
+        return out
+
+    end, start = by_position(after), by_position(before)
+    if not end:
+        return None
+    return [end[i] - start.get(i, 0.0) for i in range(max(end) + 1) if i in end]
+
+
 def counter_deltas(before: Snapshot | None, after: Snapshot | None) -> ServerCounters | None:
     """How much each counter rose between two scrapes (summed over engines and models)."""
     if before is None or after is None:
@@ -339,4 +364,4 @@ def counter_deltas(before: Snapshot | None, after: Snapshot | None) -> ServerCou
     for field_name, metric in _COUNTERS.items():
         end = after.total(metric)
         deltas[field_name] = None if end is None else end - (before.total(metric) or 0.0)
-    return ServerCounters(**deltas)
+    return ServerCounters(**deltas, spec_accepted_per_position=_per_position(before, after))

@@ -61,6 +61,9 @@ class BenchConfig:
     tokenizer: str | None = None  # count input tokens with this tokenizer (folder or HF cache id), not /tokenize
     goodput: dict[str, float] | None = None  # SLOs, aiperf tags -> ms or tok/s (see bench.goodput)
     custom_shape: bool = False  # --isl/--osl changed the preset's shape
+    # Fixed prompts instead of synthetic ones: each {"messages": [...], "category": str | None,
+    # "output_tokens": int | None}. Measured request k sends prompts[k % len]; input_tokens is then unused.
+    prompts: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.url = normalize_base_url(self.url)
@@ -81,6 +84,8 @@ class BenchConfig:
             problems.append("duration must be positive (--duration)")
         if self.warmup_requests < 0:
             problems.append("warmup_requests cannot be negative (--warmup)")
+        if self.prompts is not None and not self.prompts:
+            problems.append("the fixed prompt list is empty")
         if problems:
             raise WorkbenchError("Invalid benchmark settings: " + "; ".join(problems) + ".")
         if self.goodput is not None:

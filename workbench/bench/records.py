@@ -69,6 +69,9 @@ class RequestRecord:
     error: str | None = None
     target_input_tokens: int | None = None
     queued_ns: int | None = None  # when the client began the request (start_ns: when its bytes were sent)
+    category: str | None = None  # the workload category of its prompt (fixed-prompt workloads)
+    # The response's metrics.speculative_decoding (vLLM --per-request-spec-decode-metrics), as sent.
+    spec_decoding: dict[str, Any] | None = None
 
     def add_event(self, at_ns: int, kind: ChunkKind) -> None:
         self.event_ns.append(at_ns)

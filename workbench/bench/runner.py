@@ -44,11 +44,11 @@ __all__ = ["request_body", "run_benchmark", "run_benchmark_async", "run_sweep"]
 StopCheck = Callable[[], bool]
 
 
-def request_body(config: BenchConfig, model: str, prompt: Prompt) -> dict[str, Any]:
+def request_body(config: BenchConfig, model: str, prompt: Prompt, max_tokens: int | None = None) -> dict[str, Any]:
     return {
         "model": model,
         "messages": prompt.messages,
-        "max_tokens": config.output_tokens,
+        "max_tokens": max_tokens or config.output_tokens,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
@@ -97,6 +97,23 @@ class _PromptSource:
         return prompt if prompt is not None else await self.builder.build(index)
 
 
+class _FixedPrompts:
+    """A workload's own prompts (BenchConfig.prompts): measured request k sends prompts[k % n], so every
+    level and every server gets the same prompts in the same order; warm-up takes from the end."""
+
+    source = "the workload's own prompts (lengths as the server counts them)"
+
+    def __init__(self, prompts: list[dict[str, Any]], warmup: int) -> None:
+        self.prompts = prompts
+        self.warmup = warmup
+
+    def at(self, index: int) -> dict[str, Any]:
+        return self.prompts[(index - self.warmup) % len(self.prompts)]
+
+    async def get(self, index: int) -> Prompt:
+        return Prompt(messages=self.at(index)["messages"], input_tokens=0)
+
+
 async def _counters_after(session: aiohttp.ClientSession, url: str, before: Snapshot | None,
                           expected_output: int) -> tuple[Snapshot | None, str | None]:
     """/metrics after the run; vLLM may publish the last iteration's counts a moment late."""
@@ -130,20 +147,30 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
     notes: list[str] = []
     async with open_session(concurrency, config.timeout_s) as session:
         model, max_model_len = await _model(config, session, notes)
-        check_fits(config, max_model_len)
-        template_kwargs = {"enable_thinking": config.reasoning}
-        counter = await choose_counter(session, config.url, model, config.tokenizer, template_kwargs)
-        prompts = _PromptSource(PromptBuilder(counter, config.input_tokens, config.seed))
-        ahead = config.requests if config.requests is not None else concurrency * 4
-        total_prepared = config.warmup_requests + ahead
-        reporter.start("preparing", total_prepared,
-                       f"building {total_prepared} prompts of {config.input_tokens} tokens ({counter.source})")
-        await prompts.prepare(range(total_prepared), lambda done: reporter.emit("preparing", done, total_prepared))
+        if config.prompts is None:
+            check_fits(config, max_model_len)
+        fixed = None if config.prompts is None else _FixedPrompts(config.prompts, config.warmup_requests)
+        prompts: _PromptSource | _FixedPrompts
+        if fixed is not None:
+            prompts, lengths_from = fixed, fixed.source
+        else:
+            template_kwargs = {"enable_thinking": config.reasoning}
+            counter = await choose_counter(session, config.url, model, config.tokenizer, template_kwargs)
+            prompts, lengths_from = _PromptSource(PromptBuilder(counter, config.input_tokens, config.seed)), counter.source
+            ahead = config.requests if config.requests is not None else concurrency * 4
+            total_prepared = config.warmup_requests + ahead
+            reporter.start("preparing", total_prepared,
+                           f"building {total_prepared} prompts of {config.input_tokens} tokens ({counter.source})")
+            await prompts.prepare(range(total_prepared),
+                                  lambda done: reporter.emit("preparing", done, total_prepared))
         chat_url = f"{config.url}/v1/chat/completions"
 
         async def payload(index: int) -> tuple[bytes, int | None]:
             prompt = await prompts.get(index)
-            return json.dumps(request_body(config, model, prompt)).encode(), prompt.input_tokens
+            if fixed is None:
+                return json.dumps(request_body(config, model, prompt)).encode(), prompt.input_tokens
+            body = request_body(config, model, prompt, fixed.at(index).get("output_tokens"))
+            return json.dumps(body).encode(), None
 
         if config.warmup_requests:
             reporter.start("warmup", config.warmup_requests)
@@ -186,6 +213,9 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
                                       should_stop)
         lag = probe.stop()
         records = outcome.records
+        if fixed is not None:
+            for record in records:
+                record.category = fixed.at(record.index).get("category")
         summary = summarize(records, config.goodput)
         after_problem: str | None
         if outcome.stopped and outcome.stopped.startswith("the server"):
@@ -213,7 +243,7 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         client_lag=lag,
         partial=partial,
         counters_problem=before_problem or after_problem,
-        input_lengths_from=counter.source,
+        input_lengths_from=lengths_from,
         notes=notes,
     )
     reporter.emit("done", len(records), config.requests, summary.errors, summary.output_tokens,

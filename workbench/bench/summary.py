@@ -103,6 +103,7 @@ class ServerCounters:
     spec_accepted_tokens: float | None = None
     spec_draft_tokens: float | None = None
     spec_drafts: float | None = None
+    spec_accepted_per_position: list[float] | None = None  # accepted tokens at draft position 0, 1, ...
 
     @property
     def spec_acceptance_rate(self) -> float | None:
