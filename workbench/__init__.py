@@ -8,6 +8,7 @@ The flow, one subpackage per stage:
     chat/      base_url --ChatSession.stream--> typed events --TurnTranscript--> a view
     metrics/   base_url --MetricsPoller--> ThroughputFigures
     bench/     base_url --run_benchmark--> BenchResult
+    experiment/ configurations x concurrency --run_experiment--> winners, crossover, report.html
     ui/        the Gradio app;  notebook/  the ipywidgets views;  cli/  the command line
     demo/      the CPU demo's local models and forcing
 
@@ -64,6 +65,15 @@ _EXPORTS: dict[str, str] = {
     "check_fits": "workbench.bench",
     "preset_config": "workbench.bench",
     "run_benchmark": "workbench.bench",
+    # experiments
+    "ExperimentConfig": "workbench.experiment",
+    "ExperimentSettings": "workbench.experiment",
+    "builtin_workload": "workbench.experiment",
+    "configs_from_specs": "workbench.experiment",
+    "load_dataset": "workbench.experiment",
+    "load_experiment": "workbench.experiment",
+    "new_experiment": "workbench.experiment",
+    "run_experiment": "workbench.experiment",
     # errors
     "BenchShapeError": "workbench.errors",
     "PlannerError": "workbench.errors",
@@ -71,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     # notebook views
     "BenchView": "workbench.notebook",
     "ChatView": "workbench.notebook",
+    "ExperimentView": "workbench.notebook",
     "RecipePicker": "workbench.notebook",
     "ServerPanel": "workbench.notebook",
     "ThroughputView": "workbench.notebook",
@@ -78,6 +89,7 @@ _EXPORTS: dict[str, str] = {
     "bench_table": "workbench.notebook",
     "checks_table": "workbench.notebook",
     "ensure_server": "workbench.notebook",
+    "experiment_summary": "workbench.notebook",
     "reference_table": "workbench.notebook",
 }
 
@@ -104,10 +116,21 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
     from workbench.demo.models import build_forcing_model, special_token_ids
     from workbench.errors import BenchShapeError, PlannerError, WorkbenchError
+    from workbench.experiment import (
+        ExperimentConfig,
+        ExperimentSettings,
+        builtin_workload,
+        configs_from_specs,
+        load_dataset,
+        load_experiment,
+        new_experiment,
+        run_experiment,
+    )
     from workbench.metrics import MetricsPoller
     from workbench.notebook import (
         BenchView,
         ChatView,
+        ExperimentView,
         RecipePicker,
         ServerPanel,
         ThroughputView,
@@ -115,6 +138,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         bench_table,
         checks_table,
         ensure_server,
+        experiment_summary,
         reference_table,
     )
     from workbench.planner import MemoryPlan, plan_memory, startup_capacity

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 from workbench.bench.goodput import parse_goodput
+from workbench.bench.results import check_output_dir
 from workbench.cli.checks import at_least
 from workbench.cli.render import add_selection_arguments, selection_from_args
 from workbench.errors import InputError
@@ -45,13 +46,16 @@ from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE
 from workbench.recipes import Selection, load_catalog
 
 
+MAX_CONCURRENCY = 4096
+
+
 def _levels(text: str) -> list[int]:
     try:
         levels = [int(w) for w in text.replace(" ", "").split(",") if w]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers, e.g. 1,4,16") from None
-    if not levels or any(n < 1 for n in levels):
-        raise argparse.ArgumentTypeError(f"{text!r}: give concurrency levels of at least 1, e.g. 1,4,16")
+    if not levels or any(n < 1 or n > MAX_CONCURRENCY for n in levels):
+        raise argparse.ArgumentTypeError(f"{text!r}: give concurrency levels from 1 to {MAX_CONCURRENCY}, e.g. 1,4,16")
     return sorted(set(levels))
 
 
@@ -179,6 +183,9 @@ def experiment_command(args: argparse.Namespace) -> int:
         if (out / SUMMARY_FILE).exists():
             raise InputError(f"{out} already holds an experiment.",
                              hint=f"Continue it with --resume {out}, or choose another --output-dir.")
+        if out.is_dir() and any(out.iterdir()):
+            raise InputError(f"--output-dir {out} is not empty.", hint="Give a new or empty folder for the results.")
+        check_output_dir(out)
         result = new_experiment(configs, settings, workload)
     for line in plan_lines(result):
         print(line, file=sys.stderr)

@@ -33,7 +33,8 @@ from workbench.experiment.configs import ExperimentConfig, render_config
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings
 from workbench.experiment.workloads import Workload
 from workbench.recipes import Catalog, LaunchPlan
-from workbench.server import ServerProcess, attach, free_port, launch, port_free
+from workbench import server
+from workbench.server import ServerProcess, free_port, port_free
 from workbench.server.command import PlanLike
 from workbench.server.hardware import detect_hardware
 from workbench.server.page_flags import vllm_flag_table
@@ -206,7 +207,7 @@ class _Run:
     def start_server(self, index: int, c: ConfigResult) -> ServerProcess:
         settings = self.result.settings
         if settings.attach_url:
-            handle = attach(settings.attach_url, state_dir=self.state_dir)
+            handle = server.attach(settings.attach_url, state_dir=self.state_dir)
             c.command = f"(attached: a server started elsewhere, at {handle.base_url})"
             return handle
         plan = _with_per_request_metrics(render_config(c.config, self.catalog), c.config.spec is not None)
@@ -216,7 +217,7 @@ class _Run:
         self.emit(index, c, "launching", message=f"port {self.port}")
         started = time.monotonic()
         # cast: PlanLike declares `engine: str`, LaunchPlan narrows it to a Literal (the same value).
-        handle = launch(cast("PlanLike", plan), port=self.port, state_dir=self.state_dir, progress=lambda m: log.info("%s", m))
+        handle = server.launch(cast("PlanLike", plan), port=self.port, state_dir=self.state_dir, progress=lambda m: log.info("%s", m))
         try:
             while True:
                 if self.stopped():
