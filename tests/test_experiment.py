@@ -218,3 +218,38 @@ def test_level_figures_of_a_level_without_spec_decoding(recorded: ExperimentResu
     level = level_figures("off", recorded.configs[0].levels[0])
     assert level.acceptance_rate is None and level.acceptance_rate_metrics is None
     assert level.decode_by_category and level.decode_per_user_tps is not None
+
+
+def test_the_report_names_each_command_and_its_known_issues(catalog, recorded: ExperimentResult) -> None:
+    """A GPU experiment's configurations, rendered (not launched): the MTP command meets a known issue upstream."""
+    off, mtp = configs_from_specs("off,mtp", Selection(hardware="h200"), catalog)
+    result = ExperimentResult(recorded.settings, recorded.workload, [ConfigResult(off), ConfigResult(mtp)],
+                              machine=recorded.machine, started_at=recorded.started_at)
+    for c in result.configs:
+        plan = render_config(c.config, catalog)
+        c.command, c.plan = plan.shell_command(multiline=False), plan.to_dict()
+    page = report_html(result)
+    assert "--speculative-config &#x27;{&quot;method&quot;:&quot;mtp&quot;" in page
+    assert "Prefix caching together with MTP speculative decoding corrupts output" in page
+    assert "No known issues recorded for this command." in page  # the off configuration
+
+
+def test_the_done_when_run_1_4_16_names_ngram_and_where_its_lead_shrinks() -> None:
+    """experiment-1-4-16.json: `experiment --hardware cpu --spec off,ngram --concurrency 1,4,16` (built-in
+    workload, 128 output tokens) on the shared 2-core machine; its per-level figures, as written."""
+    summary = json.loads((FIXTURE / "experiment-1-4-16.json").read_text())
+    figures = [LevelFigures(label=c["label"], concurrency=lv["concurrency"], requests=0, errors=0,
+                            decode_per_user_tps=lv["decode_per_user_tps"], output_tps=lv["output_tps"],
+                            ttft_ms_mean=lv["ttft_ms_mean"], acceptance_rate=lv.get("acceptance_rate"),
+                            acceptance_rate_metrics=lv.get("acceptance_rate_metrics"))
+               for c in summary["configs"] for lv in c["levels"]]
+    from workbench.experiment import winners
+
+    per_user = {w.concurrency: w for w in winners(figures) if w.metric == "decode_per_user_tps"}
+    assert per_user[1].label == "ngram" and per_user[1].lead == pytest.approx(1.65, abs=0.01)
+    (x,) = crossovers(figures, ["ngram"], "off")
+    assert x.stops_paying_at is None
+    assert x.summary.endswith("its lead shrinks from 1.65x at concurrency 1 to 1.26x at 4, then 1.60x at 16.")
+    for f in figures:
+        if f.acceptance_rate is not None:
+            assert f.acceptance_agreement is not None and f.acceptance_agreement <= 0.05

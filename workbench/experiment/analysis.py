@@ -203,10 +203,13 @@ class Crossover:
         if self.stops_paying_at is not None:
             return (f"{self.label} stops paying at concurrency {self.stops_paying_at}: per-user decode against "
                     f"{self.baseline} {lead}.")
-        first, last = self.speedups[0][1], self.speedups[-1][1]
-        trend = "its lead shrinks" if last < first else "its lead holds"
-        return (f"{self.label} is ahead of {self.baseline} at every level measured ({lead}); {trend} "
-                f"up to concurrency {self.speedups[-1][0]}.")
+        (c0, first), (cl, last) = self.speedups[0], self.speedups[-1]
+        cmin, least = min(self.speedups, key=lambda cr: cr[1])
+        head = f"{self.label} is ahead of {self.baseline} on per-user decode at every level measured ({lead})"
+        if least >= first:
+            return f"{head}; its lead holds from concurrency {c0} to {cl}."
+        again = f", then {last:.2f}x at {cl}" if cmin != cl else ""
+        return f"{head}; its lead shrinks from {first:.2f}x at concurrency {c0} to {least:.2f}x at {cmin}{again}."
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "summary": self.summary}

@@ -94,8 +94,9 @@ def _configs_section(result: ExperimentResult) -> str:
                          f"<br>{html.escape(str(c.diagnosis.get('fix') or ''))}</p>")
         issues = c.known_issues()
         if issues:
-            items = "".join(f"<li><b>{html.escape(str(k.get('title')))}</b>: {html.escape(str(k.get('fix') or ''))}"
-                            f"</li>" for k in issues)
+            items = "".join(f"<li><b>{html.escape(str(k.get('title')))}</b>. {html.escape(str(k.get('symptom') or ''))}"
+                            f" <i>Change:</i> {html.escape(str(k.get('change') or ''))} "
+                            f"<small>({html.escape(', '.join(k.get('sources') or []))})</small></li>" for k in issues)
             block.append(f"<p>Known issues this command meets upstream:</p><ul>{items}</ul>")
         elif c.plan is not None:
             block.append("<p>No known issues recorded for this command.</p>")
