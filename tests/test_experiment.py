@@ -253,3 +253,19 @@ def test_the_done_when_run_1_4_16_names_ngram_and_where_its_lead_shrinks() -> No
     for f in figures:
         if f.acceptance_rate is not None:
             assert f.acceptance_agreement is not None and f.acceptance_agreement <= 0.05
+
+
+def test_goodput_winners_follow_the_slos(recorded: ExperimentResult) -> None:
+    """The recorded requests judged against a TTFT SLO: goodput is computed per level and has a winner."""
+    from workbench.bench.summary import summarize
+
+    result = ExperimentResult.from_dict(recorded.to_dict())
+    for c in result.configs:
+        for level in c.levels:
+            level.summary = summarize(level.records, {"time_to_first_token": 250.0})
+    winners = {(w.concurrency, w.metric): w for w in result.winners()}
+    good = winners[(1, "goodput_req_s")]
+    figures = {(f.label, f.concurrency): f for f in result.figures()}
+    assert good.value == max(figures[("off", 1)].goodput_req_s, figures[("ngram", 1)].goodput_req_s)
+    assert all(f.good_fraction is not None for f in figures.values())
+    assert "goodput_req_s" in result.summary()["configs"][0]["levels"][0]

@@ -26,7 +26,9 @@ def _nice(value: float) -> float:
 
 
 def _num(v: float) -> str:
-    return f"{v:.0f}" if v >= 10 else f"{v:.2g}"
+    if v == int(v) or v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.1f}" if v >= 1 else f"{v:.2g}"
 
 
 def lines_svg(series: Mapping[str, Sequence[Point]], x_title: str, y_title: str, *, log_x: bool = False,
