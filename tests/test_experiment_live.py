@@ -37,7 +37,7 @@ def test_off_a_broken_flag_and_ngram(demo_model_dir: Path, tmp_path: Path) -> No
     base = Selection(hardware="cpu")
     off, ngram = configs_from_specs("off,ngram", base, catalog)
     broken = parse_config_text("broken:off:--no-such-flag 3", base, catalog)
-    settings = ExperimentSettings(concurrency=[1, 2], requests_per_level=3, output_tokens=48, warmup_requests=1)
+    settings = ExperimentSettings(concurrency=[1, 2], requests_per_level=5, output_tokens=48, warmup_requests=1)
     experiment = new_experiment([off, broken, ngram], settings, builtin_workload())
     seen = []
     port = free_port()
