@@ -269,3 +269,17 @@ def test_goodput_winners_follow_the_slos(recorded: ExperimentResult) -> None:
     assert good.value == max(figures[("off", 1)].goodput_req_s, figures[("ngram", 1)].goodput_req_s)
     assert all(f.good_fraction is not None for f in figures.values())
     assert "goodput_req_s" in result.summary()["configs"][0]["levels"][0]
+
+
+def test_the_experiment_tab_and_notebook_view_show_the_recorded_run(recorded: ExperimentResult) -> None:
+    from workbench.notebook.experiment_view import experiment_summary
+    from workbench.ui.experiment_tab import curves_html, levels_frame, winners_frame
+
+    winners = winners_frame(recorded)
+    first = winners[(winners.concurrency == 1) & (winners.figure == "per-user decode tok/s")].iloc[0]
+    assert first.winner == "ngram" and first.lead.endswith("over off")
+    levels = levels_frame(recorded)
+    assert sorted(levels["configuration"]) == ["ngram", "ngram", "off", "off"]
+    assert curves_html(recorded).count("<svg") == 2 and "ngram is ahead of off" in curves_html(recorded)
+    html = experiment_summary(recorded, Path("report.html"))
+    assert "per-user decode tok/s" in html and "<svg" in html and "report.html" in html
