@@ -2,7 +2,8 @@
 
 A run: read the model from GET /v1/models (or take --model), build one prompt of
 exactly `input_tokens` chat-formatted tokens per request (the server's /tokenize
-counts them, or the model's own tokenizer where there is none), send warm-up
+counts them, or the model's own tokenizer where there is none; or, with
+BenchConfig.prompts, a workload's own prompts, labelled by category), send warm-up
 requests (not counted), open one connection per stream, snapshot /metrics, send
 the measured load while a probe times the client's own event-loop lag, snapshot
 /metrics again, and summarize (see workbench.bench.summary.DEFINITIONS).
