@@ -183,7 +183,8 @@ def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch)
     for _, responses, metrics in agreement:
         assert float(metrics) > 0 and abs(float(responses) - float(metrics)) <= 0.05 * float(metrics)
     assert "per draft position (/metrics):" in text and "report.html" in text
-    assert "winner" in text and "per-user decode tok/s" in text  # the winners table
+    widgets = _widget_values(nb)  # the ExperimentView: winners table, levels, the answer
+    assert "winner" in widgets and "per-user decode tok/s" in widgets and "ngram is ahead of off" in widgets
     assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == 1  # only the demo server runs
 
 
