@@ -78,6 +78,8 @@ def test_every_public_endpoint_survives_hostile_values(app):
     endpoints = api["named_endpoints"]
     assert "/send_fn" in endpoints and "/run_fn" in endpoints and len(endpoints) > 20
     assert not any(name in endpoints for name in ("/do_launch", "/do_stop", "/do_attach"))
+    # The Experiment tab: its plan preview is public (starts nothing); its run launches servers, so it is not.
+    assert "/preview_plan" in endpoints and "/run_experiment_fn" not in endpoints
     rng = random.Random(14)
     calls = refused = 0
     for name, endpoint in sorted(endpoints.items()):

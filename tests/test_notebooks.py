@@ -174,12 +174,18 @@ def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch)
     text = "\n".join(_texts(nb))
     assert "Rendering for dgx_spark_gb10 (this machine: cpu)" in text
     assert '"method":"mtp"' in text and '"method":"dspark"' in text and '"method":"dflash"' in text
-    assert '--speculative-config \'{"method": "ngram"' in text
-    figures = dict(re.findall(r"^(spec_\w+)\s+(.+)$", text, re.MULTILINE))
-    assert float(figures["spec_drafts"]) > 0 and float(figures["spec_accepted_tokens"]) > 0
-    assert figures["spec_acceptance_rate"] not in ("not reported", "—")
-    assert "Stopped the server this notebook started" in text  # its own ngram server
-    assert len(_demo_servers(notebook_state_dir)) == 1  # the demo server was not started again
+    assert '--speculative-config \'{"method":"ngram","num_speculative_tokens":4' in text
+    # A real off-vs-ngram experiment: both launched in turn, measured at two levels, then stopped.
+    assert "Each experiment server was stopped when its sweep ended: ['done', 'done']" in text
+    agreement = re.findall(r"ngram at concurrency (\d): acceptance ([\d.]+)% from the responses, ([\d.]+)% from /metrics",
+                           text)
+    assert [level for level, _, _ in agreement] == ["1", "2"], text
+    for _, responses, metrics in agreement:
+        assert float(metrics) > 0 and abs(float(responses) - float(metrics)) <= 0.05 * float(metrics)
+    assert "per draft position (/metrics):" in text and "report.html" in text
+    widgets = _widget_values(nb)  # the ExperimentView: winners table, levels, the answer
+    assert "winner" in widgets and "per-user decode tok/s" in widgets and "ngram is ahead of off" in widgets
+    assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == 1  # only the demo server runs
 
 
 @pytest.mark.vllm
@@ -200,7 +206,8 @@ def test_04_throughput_and_benchmark(notebook_state_dir, artifacts_dir, monkeypa
     assert len(by_turn) == 4 and by_turn == sorted(by_turn) and by_turn[-1] > by_turn[0]
     rates = re.search(r"hit rate from the requests: ([\d.]+)%; from /metrics: ([\d.]+)%", text)
     assert rates and abs(float(rates.group(1)) - float(rates.group(2))) <= 2.0
-    assert len(_demo_servers(notebook_state_dir)) == 1
+    assert re.search(r"concurrency 4: [\d.]+ tok/s per user, [\d.]+ tok/s in total", text)  # the experiment
+    assert len([h for h in _demo_servers(notebook_state_dir) if h.mode != "attach"]) == 1
 
 
 @pytest.mark.vllm

@@ -10,6 +10,7 @@ The flow, one subpackage per stage:
     metrics/   base_url --MetricsPoller--> ThroughputFigures
     telemetry/ this machine's GPUs --read_gpus/GpuPoller--> GpuReading (NVML; nvidia-smi; or none)
     bench/     base_url --run_benchmark--> BenchResult
+    experiment/ configurations x concurrency --run_experiment--> winners, crossover, report.html
     ui/        the Gradio app;  notebook/  the ipywidgets views;  cli/  the command line
     demo/      the CPU demo's local models and forcing
 
@@ -75,6 +76,15 @@ _EXPORTS: dict[str, str] = {
     "render_harness": "workbench.agents.harnesses",
     "verify_endpoint": "workbench.agents.verify",
     "verify_request_fields": "workbench.demo.forcing",
+    # experiments
+    "ExperimentConfig": "workbench.experiment",
+    "ExperimentSettings": "workbench.experiment",
+    "builtin_workload": "workbench.experiment",
+    "configs_from_specs": "workbench.experiment",
+    "load_dataset": "workbench.experiment",
+    "load_experiment": "workbench.experiment",
+    "new_experiment": "workbench.experiment",
+    "run_experiment": "workbench.experiment",
     # errors: every class of the tree, so a notebook can catch exactly what it means
     "BenchError": "workbench.errors",
     "BenchShapeError": "workbench.errors",
@@ -90,6 +100,7 @@ _EXPORTS: dict[str, str] = {
     # notebook views
     "BenchView": "workbench.notebook",
     "ChatView": "workbench.notebook",
+    "ExperimentView": "workbench.notebook",
     "RecipePicker": "workbench.notebook",
     "ServerPanel": "workbench.notebook",
     "ThroughputView": "workbench.notebook",
@@ -97,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "bench_table": "workbench.notebook",
     "checks_table": "workbench.notebook",
     "ensure_server": "workbench.notebook",
+    "experiment_summary": "workbench.notebook",
     "reference_table": "workbench.notebook",
 }
 
@@ -143,11 +155,22 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         ToolError,
         WorkbenchError,
     )
+    from workbench.experiment import (
+        ExperimentConfig,
+        ExperimentSettings,
+        builtin_workload,
+        configs_from_specs,
+        load_dataset,
+        load_experiment,
+        new_experiment,
+        run_experiment,
+    )
     from workbench.metrics import MetricsPoller
     from workbench.telemetry import GpuPoller, read_gpus
     from workbench.notebook import (
         BenchView,
         ChatView,
+        ExperimentView,
         RecipePicker,
         ServerPanel,
         ThroughputView,
@@ -155,6 +178,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         bench_table,
         checks_table,
         ensure_server,
+        experiment_summary,
         reference_table,
     )
     from workbench.planner import MemoryPlan, plan_memory, startup_capacity

@@ -32,6 +32,7 @@ from workbench.metrics.parse import (
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
     PROMPT_TOKENS,
+    SPEC_ACCEPTED_PER_POSITION,
     SPEC_ACCEPTED_TOKENS,
     SPEC_DRAFT_TOKENS,
     SPEC_DRAFTS,
@@ -192,6 +193,7 @@ class _StreamReader:
             self.text_out.append(str(parsed["choices"][0]["delta"]["content"]))
         if kind is ChunkKind.USAGE and parsed is not None:
             _take_usage(record, parsed["usage"])
+            _take_spec_metrics(record, parsed.get("metrics"))
         elif kind is ChunkKind.ERROR and parsed is not None:
             record.error = f"the server sent an error event: {_error_text(parsed)}"
         record.add_event(now, kind)
@@ -255,6 +257,13 @@ def _take_usage(record: RequestRecord, usage: dict[str, Any]) -> None:
                             if isinstance(prompt_details, dict) else None)
     if record.completion_tokens is None:
         raise StreamShapeError(f"the usage chunk has no integer completion_tokens: {usage!r:.120}")
+
+
+def _take_spec_metrics(record: RequestRecord, metrics: Any) -> None:
+    """vLLM puts per-request speculative-decoding acceptance on the final usage chunk
+    (`metrics.speculative_decoding`) when served with --per-request-spec-decode-metrics."""
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    record.spec_decoding = spec if isinstance(spec, dict) else None
 
 
 def open_session(connections: int, timeout_s: float) -> aiohttp.ClientSession:
@@ -346,6 +355,22 @@ _COUNTERS = {
 }
 
 
+def _per_position(before: Snapshot, after: Snapshot) -> list[float] | None:
+    """Accepted draft tokens at each draft position over the window (vLLM's per-position counter)."""
+    def by_position(snapshot: Snapshot) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for (name, labels), value in snapshot.counters.items():
+            position = dict(labels).get("position")
+            if name == SPEC_ACCEPTED_PER_POSITION and position is not None and position.isdigit():
+                out[int(position)] = out.get(int(position), 0.0) + value
+        return out
+
+    end, start = by_position(after), by_position(before)
+    if not end:
+        return None
+    return [end[i] - start.get(i, 0.0) for i in range(max(end) + 1) if i in end]
+
+
 def counter_deltas(before: Snapshot | None, after: Snapshot | None) -> ServerCounters | None:
     """How much each counter rose between two scrapes (summed over engines and models)."""
     if before is None or after is None:
@@ -354,4 +379,4 @@ def counter_deltas(before: Snapshot | None, after: Snapshot | None) -> ServerCou
     for field_name, metric in _COUNTERS.items():
         end = after.total(metric)
         deltas[field_name] = None if end is None else end - (before.total(metric) or 0.0)
-    return ServerCounters(**deltas)
+    return ServerCounters(**deltas, spec_accepted_per_position=_per_position(before, after))

@@ -79,6 +79,9 @@ class BenchConfig:
     think_time_s: float = 0.0
     tool_call_tokens: int = 24
     trace_file: str | None = None
+    # Fixed prompts instead of synthetic ones: each {"messages": [...], "category": str | None,
+    # "output_tokens": int | None}. Measured request k sends prompts[k % len]; input_tokens is then unused.
+    prompts: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.url = normalize_base_url(self.url)
@@ -100,6 +103,10 @@ class BenchConfig:
         if self.warmup_requests < 0:
             problems.append("warmup_requests cannot be negative (--warmup)")
         problems += self._session_problems()
+        if self.prompts is not None and not self.prompts:
+            problems.append("the fixed prompt list is empty")
+        if self.prompts is not None and self.workload != "single":
+            problems.append(f"fixed prompts are for single-turn runs, not the {self.workload} workload")
         if problems:
             raise WorkbenchError("Invalid benchmark settings: " + "; ".join(problems) + ".")
         if self.goodput is not None:

@@ -75,6 +75,9 @@ class RequestRecord:
     # usage.prompt_tokens_details.cached_tokens: prompt tokens the server's prefix cache
     # served (vLLM reports it with --enable-prompt-tokens-details; None when not reported).
     cached_tokens: int | None = None
+    category: str | None = None  # the workload category of its prompt (fixed-prompt workloads)
+    # The response's metrics.speculative_decoding (vLLM --per-request-spec-decode-metrics), as sent.
+    spec_decoding: dict[str, Any] | None = None
 
     def add_event(self, at_ns: int, kind: ChunkKind) -> None:
         self.event_ns.append(at_ns)

@@ -2,7 +2,8 @@
 
 A run: read the model from GET /v1/models (or take --model), build one prompt of
 exactly `input_tokens` chat-formatted tokens per request (the server's /tokenize
-counts them, or the model's own tokenizer where there is none), send warm-up
+counts them, or the model's own tokenizer where there is none; or, with
+BenchConfig.prompts, a workload's own prompts, labelled by category), send warm-up
 requests (not counted), open one connection per stream, snapshot /metrics, send
 the measured load while a probe times the client's own event-loop lag, snapshot
 /metrics again, and summarize (see workbench.bench.summary.DEFINITIONS).
@@ -52,8 +53,8 @@ GPU_INTERVAL_S = 0.5
 log = logging.getLogger("workbench.bench")
 
 
-def request_body(config: BenchConfig, model: str, prompt: Prompt) -> dict[str, Any]:
-    return chat_body(config, model, prompt.messages, config.output_tokens)
+def request_body(config: BenchConfig, model: str, prompt: Prompt, max_tokens: int | None = None) -> dict[str, Any]:
+    return chat_body(config, model, prompt.messages, max_tokens or config.output_tokens)
 
 
 class _Reporter:
@@ -94,6 +95,23 @@ class _PromptSource:
     async def get(self, index: int) -> Prompt:
         prompt = self.ready.pop(index, None)
         return prompt if prompt is not None else await self.builder.build(index)
+
+
+class _FixedPrompts:
+    """A workload's own prompts (BenchConfig.prompts): measured request k sends prompts[k % n], so every
+    level and every server gets the same prompts in the same order; warm-up takes from the end."""
+
+    source = "the workload's own prompts (lengths as the server counts them)"
+
+    def __init__(self, prompts: list[dict[str, Any]], warmup: int) -> None:
+        self.prompts = prompts
+        self.warmup = warmup
+
+    def at(self, index: int) -> dict[str, Any]:
+        return self.prompts[(index - self.warmup) % len(self.prompts)]
+
+    async def get(self, index: int) -> Prompt:
+        return Prompt(messages=self.at(index)["messages"], input_tokens=0)
 
 
 async def _counters_after(session: aiohttp.ClientSession, url: str, before: Snapshot | None,
@@ -182,25 +200,35 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
     notes: list[str] = []
     async with open_session(concurrency, config.timeout_s) as session:
         model, max_model_len = await _model(config, session, notes)
-        if not config.is_session_workload:
+        if config.prompts is None and not config.is_session_workload:
             check_fits(config, max_model_len)
         template_kwargs = {"enable_thinking": config.reasoning}
-        counter = await choose_counter(session, config.url, model, config.tokenizer, template_kwargs)
-        if plans:
-            config, firsts, warned = await _session_setup(config, plans, session, max_model_len, counter, reporter,
-                                                          on_warning)
-            notes += warned
-        prompts = _PromptSource(PromptBuilder(counter, config.input_tokens, config.seed))
-        ahead = config.requests if config.requests is not None else concurrency * 4
-        total_prepared = config.warmup_requests + (0 if plans else ahead)
-        reporter.start("preparing", total_prepared,
-                       f"building {total_prepared} prompts of {config.input_tokens} tokens ({counter.source})")
-        await prompts.prepare(range(total_prepared), lambda done: reporter.emit("preparing", done, total_prepared))
+        fixed = None if config.prompts is None else _FixedPrompts(config.prompts, config.warmup_requests)
+        prompts: _PromptSource | _FixedPrompts
+        if fixed is not None:
+            prompts, lengths_from = fixed, fixed.source
+        else:
+            counter = await choose_counter(session, config.url, model, config.tokenizer, template_kwargs)
+            lengths_from = counter.source
+            if plans:
+                config, firsts, warned = await _session_setup(config, plans, session, max_model_len, counter,
+                                                              reporter, on_warning)
+                notes += warned
+            prompts = _PromptSource(PromptBuilder(counter, config.input_tokens, config.seed))
+            ahead = config.requests if config.requests is not None else concurrency * 4
+            total_prepared = config.warmup_requests + (0 if plans else ahead)
+            reporter.start("preparing", total_prepared,
+                           f"building {total_prepared} prompts of {config.input_tokens} tokens ({counter.source})")
+            await prompts.prepare(range(total_prepared),
+                                  lambda done: reporter.emit("preparing", done, total_prepared))
         chat_url = f"{config.url}/v1/chat/completions"
 
         async def payload(index: int) -> tuple[bytes, int | None]:
             prompt = await prompts.get(index)
-            return json.dumps(request_body(config, model, prompt)).encode(), prompt.input_tokens
+            if fixed is None:
+                return json.dumps(request_body(config, model, prompt)).encode(), prompt.input_tokens
+            body = request_body(config, model, prompt, fixed.at(index).get("output_tokens"))
+            return json.dumps(body).encode(), None
 
         if config.warmup_requests:
             reporter.start("warmup", config.warmup_requests)
@@ -258,6 +286,9 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         gpu = gpus.summarize(gpu_start)
         lag = probe.stop()
         records = outcome.records
+        if fixed is not None:
+            for record in records:
+                record.category = fixed.at(record.index).get("category")
         summary = summarize(records, config.goodput)
         after_problem: str | None
         if outcome.stopped and outcome.stopped.startswith("the server"):
@@ -288,7 +319,7 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         client_lag=lag,
         partial=partial,
         counters_problem=before_problem or after_problem,
-        input_lengths_from=counter.source,
+        input_lengths_from=lengths_from,
         notes=notes,
         gpu=gpu,
     )

@@ -111,6 +111,7 @@ class ServerCounters:
     spec_accepted_tokens: float | None = None
     spec_draft_tokens: float | None = None
     spec_drafts: float | None = None
+    spec_accepted_per_position: list[float] | None = None  # accepted tokens at draft position 0, 1, ...
     prefix_cache_queries: float | None = None  # tokens looked up in the prefix cache
     prefix_cache_hits: float | None = None  # of those, tokens found
 

@@ -22,7 +22,7 @@ from workbench.errors import WorkbenchError
 from workbench.metrics import SharedPoller
 from workbench.recipes import load_catalog, recipe_for_hardware
 from workbench.server.hardware import detect
-from workbench.ui import bench_tab, chat_tab, recipe_tab, server_tab, throughput_tab
+from workbench.ui import bench_tab, chat_tab, experiment_tab, recipe_tab, server_tab, throughput_tab
 from workbench.ui.exports import GRADIO_CACHE_CLEANUP
 from workbench.workshop.settings import check_password
 
@@ -41,7 +41,7 @@ VISIBILITY_JS = """
 # Options every launch of the app passes (Gradio 6 takes `js` at launch time).
 LAUNCH_OPTIONS = {"js": VISIBILITY_JS}
 
-TAB_NAMES = ("recipe", "server", "chat", "throughput", "benchmark")
+TAB_NAMES = ("recipe", "server", "chat", "throughput", "benchmark", "experiment")
 
 
 @dataclass
@@ -119,7 +119,9 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
                 throughput = throughput_tab.create_ui(poller)
             with gr.Tab("Benchmark", id="benchmark") as t_bench:
                 bench_tab.create_ui(server_url)
-            extra_timer, tabs = None, [t_recipe, t_server, t_chat, t_throughput, t_bench]
+            with gr.Tab("Experiment", id="experiment") as t_experiment:
+                experiment_tab.create_ui(catalog, hardware, state_dir)
+            extra_timer, tabs = None, [t_recipe, t_server, t_chat, t_throughput, t_bench, t_experiment]
             if extra_tab is not None:
                 with gr.Tab(extra_tab[0], id="extra") as t_extra:
                     extra_timer = extra_tab[1](AppParts(slot, poller, recipe.plan, catalog))

@@ -1,0 +1,213 @@
+"""`python -m workbench experiment`: which configuration wins at my concurrency.
+
+    python -m workbench experiment --hardware cpu --spec off,ngram --concurrency 1,4,16
+    python -m workbench experiment --hardware h200 --spec off,mtp,dspark --concurrency 1,8,64 --goodput ttft:500
+    python -m workbench experiment --hardware cpu --config 'plain:off' --config 'ngram-8seqs:ngram:--max-num-seqs 8'
+    python -m workbench experiment --attach http://127.0.0.1:8000 --label mine --concurrency 1,4
+    python -m workbench experiment --resume experiments/20261204-181500
+
+For each configuration in turn: launch it on one port, wait until ready, warm up,
+run the concurrency sweep with the same prompts, read /metrics around each level,
+stop it. Results (state.json, experiment.json, report.html) are written after
+every level; Ctrl-C stops the running server and writes what was measured, marked
+partial (exit 130); `--resume DIR` continues it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from workbench.bench.goodput import parse_goodput
+from workbench.bench.results import check_output_dir
+from workbench.cli.checks import at_least
+from workbench.cli.render import add_selection_arguments, selection_from_args
+from workbench.errors import InputError
+from workbench.experiment import (
+    ExperimentProgress,
+    ExperimentSettings,
+    builtin_workload,
+    configs_from_specs,
+    format_levels,
+    format_winners,
+    load_dataset,
+    load_experiment,
+    new_experiment,
+    parse_config_text,
+    plan_lines,
+    run_experiment,
+)
+from workbench.experiment.configs import ExperimentConfig
+from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE
+from workbench.recipes import Selection, load_catalog
+
+
+MAX_CONCURRENCY = 4096
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(w) for w in text.replace(" ", "").split(",") if w]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers, e.g. 1,4,16") from None
+    if not levels or any(n < 1 or n > MAX_CONCURRENCY for n in levels):
+        raise argparse.ArgumentTypeError(f"{text!r}: give concurrency levels from 1 to {MAX_CONCURRENCY}, e.g. 1,4,16")
+    return sorted(set(levels))
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError("the temperature is between 0 and 2")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "experiment",
+        help="compare configurations (e.g. speculative decoding on/off) across concurrency levels; one report",
+        description="Launch each configuration in turn, run the same concurrency sweep with the same prompts, "
+        "and write one report: the winners per concurrency (per-user decode, TTFT, total output, goodput), "
+        "where speculative decoding stops paying, acceptance per category and draft position.",
+    )
+    add_selection_arguments(p)
+    p.add_argument("--config", action="append", default=[], metavar="LABEL:SPEC[:FLAGS]",
+                   help="a configuration: its label, its spec mode (off for none) and extra vllm serve flags; "
+                   "repeatable, and added to those of --spec")
+    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16], metavar="1,4,16",
+                   help="concurrency levels of the sweep (default 1,4,16)")
+    p.add_argument("--requests", type=at_least(1), help="measured requests per level "
+                   "(default: the workload's prompt count, or 2 x concurrency if more)")
+    p.add_argument("--osl", type=at_least(1), default=128, help="output tokens per request (default 128; "
+                   "a dataset line's output_tokens wins)")
+    p.add_argument("--warmup", type=at_least(0), default=1, help="warm-up requests per level (default 1)")
+    p.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (default 0)")
+    p.add_argument("--goodput", nargs="+", metavar="KEY:VALUE", help="SLOs for goodput, e.g. ttft:500 tpot:50")
+    p.add_argument("--dataset", type=Path, help="your prompts: JSONL, one {\"prompt\", \"category\", "
+                   "\"output_tokens\"} a line (default: the built-in workload)")
+    p.add_argument("--attach", metavar="URL", help="measure the server already running at URL (one configuration)")
+    p.add_argument("--label", default="attached", help="the attached server's label (with --attach)")
+    p.add_argument("--startup-timeout", type=at_least(1), default=900, help="seconds a server may take to start")
+    p.add_argument("--output-dir", type=Path, help="where results go (default experiments/<time>)")
+    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the experiment in DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=experiment_command)
+
+
+class _ProgressLine:
+    """One line, rewritten in place on a terminal; a new line per phase change elsewhere."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last = 0.0
+        self.last_phase: tuple[str, int | None, str] | None = None
+
+    def __call__(self, p: ExperimentProgress) -> None:
+        key = (p.config, p.concurrency, p.phase)
+        now = time.monotonic()
+        if self.tty:
+            if key == self.last_phase and now - self.last < 0.2:
+                return
+            bar = ""
+            if p.total:
+                filled = int(20 * p.done / p.total)
+                bar = "[" + "#" * filled + "." * (20 - filled) + "] "
+            self.stream.write("\r\033[K" + bar + p.line()[:150])
+        elif key != self.last_phase or (p.total and p.done == p.total):
+            self.stream.write(p.line() + "\n")
+        else:
+            return
+        self.stream.flush()
+        self.last, self.last_phase = now, key
+
+    def end(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _base_selection(args: argparse.Namespace) -> Selection:
+    spec = args.spec
+    args.spec = None
+    try:
+        return selection_from_args(args)
+    finally:
+        args.spec = spec
+
+
+def _configs(args: argparse.Namespace) -> list[ExperimentConfig]:
+    catalog = load_catalog()
+    base = _base_selection(args)
+    configs = configs_from_specs(args.spec, base, catalog) if args.spec else []
+    for text in args.config:
+        config = parse_config_text(text, base, catalog)
+        if any(c.label == config.label for c in configs):
+            raise InputError(f"Two configurations are labelled {config.label!r}.", hint="Give each its own label.")
+        configs.append(config)
+    if not configs:
+        raise InputError("No configuration to compare.",
+                         hint="Give --spec off,ngram (the recipe's spec modes) or --config LABEL:SPEC[:FLAGS], "
+                         "or --attach URL for a server you started.")
+    return configs
+
+
+def experiment_command(args: argparse.Namespace) -> int:
+    catalog = load_catalog()
+    if args.resume:
+        result = load_experiment(args.resume)
+        out = args.resume
+        print(f"Resuming {out}: configurations and settings as saved.", file=sys.stderr)
+    else:
+        settings = ExperimentSettings(
+            concurrency=args.concurrency, requests_per_level=args.requests, output_tokens=args.osl,
+            warmup_requests=args.warmup, temperature=args.temperature, goodput=parse_goodput(args.goodput),
+            startup_timeout_s=float(args.startup_timeout), attach_url=args.attach)
+        if args.attach:
+            if args.spec or args.config:
+                raise InputError("--attach measures one server you started; --spec and --config launch servers.",
+                                 hint="Drop --spec/--config, or drop --attach.")
+            configs = [ExperimentConfig(args.label, Selection())]
+        else:
+            configs = _configs(args)
+        workload = load_dataset(args.dataset) if args.dataset else builtin_workload()
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = args.output_dir or Path("experiments") / stamp
+        if (out / SUMMARY_FILE).exists():
+            raise InputError(f"{out} already holds an experiment.",
+                             hint=f"Continue it with --resume {out}, or choose another --output-dir.")
+        if out.is_dir() and any(out.iterdir()):
+            raise InputError(f"--output-dir {out} is not empty.", hint="Give a new or empty folder for the results.")
+        check_output_dir(out)
+        result = new_experiment(configs, settings, workload)
+    for line in plan_lines(result):
+        print(line, file=sys.stderr)
+    progress = None if args.quiet else _ProgressLine(sys.stderr)
+    port = None if args.resume or args.port == 8000 else args.port
+    try:
+        result = run_experiment(result, out, catalog, progress=progress, port=port)
+    finally:
+        if progress:
+            progress.end()
+    print(format_levels(result))
+    print()
+    print(format_winners(result))
+    for c in result.configs:
+        if c.status == "failed" and c.diagnosis:
+            print(f"\n{c.label}: FAILED to launch: {c.diagnosis.get('summary')}\n  {c.diagnosis.get('fix') or ''}")
+    print(f"\nwrote {out / SUMMARY_FILE} and {out / REPORT_FILE}")
+    if result.status == "partial":
+        print(f"PARTIAL: {result.partial}; continue with: python -m workbench experiment --resume {out}",
+              file=sys.stderr)
+        return 130
+    return 1 if any(c.status == "failed" for c in result.configs) else 0
+
+
+__all__ = ["experiment_command", "register"]

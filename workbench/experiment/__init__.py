@@ -1,0 +1,47 @@
+"""Experiments: which configuration wins at my concurrency. Launch each, sweep, compare, one report.
+
+    configs.py    a configuration: a label and a recipe Selection; `--spec off,ngram` short form
+    workloads.py  the built-in prompt set (categories) and --dataset FILE.jsonl
+    runner.py     for each configuration: launch (or attach), warm up, sweep, stop; progress, Ctrl-C, resume
+    analysis.py   each level's figures, the winners per concurrency, where spec decoding stops paying
+    results.py    ExperimentResult: state.json, experiment.json, report.html after every level
+    report.py     the self-contained HTML report, and the terminal tables
+    charts.py     the report's SVG line and bar charts
+
+    from workbench.experiment import configs_from_specs, builtin_workload, new_experiment, run_experiment
+"""
+
+from workbench.experiment.analysis import Crossover, LevelFigures, Winner, crossovers, level_figures, winners
+from workbench.experiment.configs import ExperimentConfig, configs_from_specs, parse_config_text, render_config
+from workbench.experiment.report import format_levels, format_winners, report_html
+from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings, load_experiment
+from workbench.experiment.runner import ExperimentProgress, new_experiment, plan_lines, run_experiment
+from workbench.experiment.workloads import Workload, WorkloadPrompt, builtin_workload, load_dataset
+
+__all__ = [
+    "ConfigResult",
+    "Crossover",
+    "ExperimentConfig",
+    "ExperimentProgress",
+    "ExperimentResult",
+    "ExperimentSettings",
+    "LevelFigures",
+    "Winner",
+    "Workload",
+    "WorkloadPrompt",
+    "builtin_workload",
+    "configs_from_specs",
+    "crossovers",
+    "format_levels",
+    "format_winners",
+    "level_figures",
+    "load_dataset",
+    "load_experiment",
+    "new_experiment",
+    "parse_config_text",
+    "plan_lines",
+    "render_config",
+    "report_html",
+    "run_experiment",
+    "winners",
+]

@@ -1,0 +1,197 @@
+"""An experiment's results: every configuration, its command, its levels; saved after every level.
+
+Files in the experiment's folder:
+    state.json        everything (settings, workload, each level's full BenchResult with its
+                      records): what --resume reads
+    experiment.json   per configuration `label`, `status` and its `levels` (`concurrency`,
+                      `decode_per_user_tps`, `output_tps`, `ttft_ms_mean`, and for a speculative
+                      one `acceptance_rate` from the responses and `acceptance_rate_metrics` from
+                      the /metrics deltas), plus the winners and crossovers
+    report.html       one self-contained page (workbench.experiment.report)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from workbench.bench.results import BenchResult
+from workbench.errors import InputError
+from workbench.experiment.analysis import (
+    Crossover,
+    LevelFigures,
+    Winner,
+    crossovers,
+    level_figures,
+    winners,
+)
+from workbench.experiment.configs import ExperimentConfig
+from workbench.experiment.workloads import Workload
+
+__all__ = ["STATE_FILE", "SUMMARY_FILE", "ConfigResult", "ConfigStatus", "ExperimentResult", "ExperimentSettings",
+           "load_experiment"]
+
+STATE_FILE = "state.json"
+SUMMARY_FILE = "experiment.json"
+REPORT_FILE = "report.html"
+ConfigStatus = Literal["pending", "running", "done", "failed", "partial"]
+
+
+@dataclass
+class ExperimentSettings:
+    concurrency: list[int]
+    requests_per_level: int | None = None  # None: max(prompts in the workload, 2 x concurrency)
+    output_tokens: int = 128
+    warmup_requests: int = 1
+    temperature: float = 0.0
+    goodput: dict[str, float] | None = None
+    startup_timeout_s: float = 900.0
+    attach_url: str | None = None
+
+    def requests_at(self, concurrency: int, prompts: int) -> int:
+        if self.requests_per_level is not None:
+            return max(self.requests_per_level, concurrency)
+        return max(prompts, 2 * concurrency)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperimentSettings:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class ConfigResult:
+    config: ExperimentConfig
+    status: ConfigStatus = "pending"
+    command: str | None = None  # the exact command, as the plan renders it
+    plan: dict[str, Any] | None = None  # LaunchPlan.to_dict(): argv, env, known issues
+    diagnosis: dict[str, Any] | None = None  # why it failed to launch: summary, fix, log tail
+    levels: list[BenchResult] = field(default_factory=list)
+    server: dict[str, Any] = field(default_factory=dict)  # base_url, vllm_version, time_to_ready_s
+    note: str | None = None  # partial: why
+
+    @property
+    def label(self) -> str:
+        return self.config.label
+
+    @property
+    def speculative(self) -> bool:
+        return self.config.spec is not None or any(f.speculative for f in self.figures())
+
+    def done_levels(self) -> set[int]:
+        return {r.config.concurrency for r in self.levels if r.partial is None}
+
+    def figures(self) -> list[LevelFigures]:
+        return [level_figures(self.label, r) for r in self.levels]
+
+    def known_issues(self) -> list[dict[str, Any]]:
+        return list((self.plan or {}).get("known_issues") or [])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "status": self.status, "command": self.command, "plan": self.plan,
+                "diagnosis": self.diagnosis, "levels": [r.to_dict() for r in self.levels], "server": self.server,
+                "note": self.note}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConfigResult:
+        return cls(config=ExperimentConfig.from_dict(data["config"]), status=data.get("status", "pending"),
+                   command=data.get("command"), plan=data.get("plan"), diagnosis=data.get("diagnosis"),
+                   levels=[BenchResult.from_dict(r) for r in data.get("levels") or []],
+                   server=data.get("server") or {}, note=data.get("note"))
+
+
+@dataclass
+class ExperimentResult:
+    settings: ExperimentSettings
+    workload: Workload
+    configs: list[ConfigResult]
+    machine: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""
+    status: Literal["running", "done", "partial"] = "running"
+    partial: str | None = None  # why it ended early
+
+    def figures(self) -> list[LevelFigures]:
+        return [f for c in self.configs for f in c.figures()]
+
+    def baseline(self) -> str | None:
+        return next((c.label for c in self.configs if not c.speculative and c.levels), None)
+
+    def winners(self) -> list[Winner]:
+        return winners(self.figures())
+
+    def crossovers(self) -> list[Crossover]:
+        return crossovers(self.figures(), [c.label for c in self.configs if c.speculative and c.levels],
+                          self.baseline())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"settings": self.settings.to_dict(), "workload": self.workload.to_dict(),
+                "configs": [c.to_dict() for c in self.configs], "machine": self.machine,
+                "started_at": self.started_at, "status": self.status, "partial": self.partial}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperimentResult:
+        return cls(settings=ExperimentSettings.from_dict(data["settings"]),
+                   workload=Workload.from_dict(data["workload"]),
+                   configs=[ConfigResult.from_dict(c) for c in data["configs"]],
+                   machine=data.get("machine") or {}, started_at=data.get("started_at", ""),
+                   status=data.get("status", "partial"), partial=data.get("partial"))
+
+    def summary(self) -> dict[str, Any]:
+        """experiment.json: the fields the issue names, then the answer."""
+        configs = []
+        for c in self.configs:
+            levels = []
+            for f in c.figures():
+                level: dict[str, Any] = {"concurrency": f.concurrency, "decode_per_user_tps": f.decode_per_user_tps,
+                                         "output_tps": f.output_tps, "ttft_ms_mean": f.ttft_ms_mean}
+                if c.speculative:
+                    level["acceptance_rate"] = f.acceptance_rate
+                    level["acceptance_rate_metrics"] = f.acceptance_rate_metrics
+                if f.goodput_req_s is not None:
+                    level["goodput_req_s"] = f.goodput_req_s
+                if f.partial is not None:
+                    level["partial"] = f.partial
+                levels.append(level)
+            entry: dict[str, Any] = {"label": c.label, "status": c.status, "levels": levels}
+            if c.diagnosis:
+                entry["diagnosis"] = c.diagnosis
+            configs.append(entry)
+        return {"status": self.status, "partial": self.partial, "configs": configs,
+                "winners": [w.to_dict() for w in self.winners()],
+                "crossovers": [x.to_dict() for x in self.crossovers()]}
+
+    def save(self, directory: Path | str) -> dict[str, Path]:
+        """Write state.json, experiment.json and report.html (each replaced whole, never half-written)."""
+        from workbench.experiment.report import report_html
+
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = {"state": folder / STATE_FILE, "summary": folder / SUMMARY_FILE, "report": folder / REPORT_FILE}
+        _replace(paths["state"], json.dumps(self.to_dict()))
+        _replace(paths["summary"], json.dumps(self.summary(), indent=1))
+        _replace(paths["report"], report_html(self))
+        return paths
+
+
+def _replace(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
+def load_experiment(directory: Path | str) -> ExperimentResult:
+    path = Path(directory) / STATE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return ExperimentResult.from_dict(data)
+    except FileNotFoundError as exc:
+        raise InputError(f"{directory} holds no experiment ({STATE_FILE} is missing).",
+                         hint="Give --resume the folder an earlier experiment wrote.") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path} is not an experiment's state ({type(exc).__name__}: {exc}).",
+                         hint="Give --resume the folder an earlier experiment wrote.") from exc
