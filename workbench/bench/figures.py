@@ -45,7 +45,7 @@ class FigureLevel(Protocol):
     def label(self) -> str: ...
 
 __all__ = ["LATENCY_FIGURES", "PERCENTILE_NAMES", "SESSION_FIGURES", "figure_rows", "figures_html", "latency_rows",
-           "latency_svg", "session_rows", "sessions_svg", "tradeoff_svg"]
+           "latency_svg", "level_label", "session_rows", "sessions_svg", "tradeoff_svg"]
 
 # (title, per-turn row key, scale): the session workload's panels.
 SESSION_FIGURES = (("TTFT mean (ms)", "ttft_ms_mean", 1.0), ("prefix-cache hit rate (%)", "cache_hit_rate", 100.0),
@@ -74,6 +74,16 @@ def figure_rows(levels: Sequence[FigureLevel]) -> list[dict[str, Any]]:
             "partial": r.partial is not None,
         })
     return rows
+
+
+def level_label(row: dict[str, Any]) -> str:
+    """A trade-off point's name: its concurrency, and why it is marked client-bound (lag, or the
+    client's CPU alone when the window was too short to sample the lag)."""
+    label = f"c={row['concurrency']}"
+    if row["client_bound"]:
+        lag = row["client_lag_p99_ms"]
+        label += " client-bound" + ("" if lag is None else f" (lag p99 {lag:.0f} ms)")
+    return label
 
 
 def latency_rows(levels: Sequence[FigureLevel]) -> list[dict[str, Any]]:
@@ -137,9 +147,7 @@ def tradeoff_svg(levels: Sequence[FigureLevel], width: int = 520, height: int = 
         color = _BOUND if r["client_bound"] else _POINT
         fill = "white" if r["client_bound"] else color
         dash = ' stroke-dasharray="2,2"' if r["partial"] else ""
-        label = f"c={r['concurrency']}"
-        if r["client_bound"]:
-            label += f" client-bound (lag p99 {r['client_lag_p99_ms']:.0f} ms)"
+        label = level_label(r)
         if r["partial"]:
             label += " partial"
         out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{fill}" stroke="{color}" stroke-width="2"{dash}>'

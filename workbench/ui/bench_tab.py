@@ -20,7 +20,7 @@ from workbench.bench import (
     run_sweep,
     sweep_levels,
 )
-from workbench.bench.figures import PERCENTILE_NAMES, figure_rows, latency_rows, session_rows, sessions_svg
+from workbench.bench.figures import PERCENTILE_NAMES, figure_rows, latency_rows, level_label, session_rows, sessions_svg
 from workbench.bench.goodput import parse_goodput
 from workbench.bench.report import format_result, format_sessions
 from workbench.errors import WorkbenchError
@@ -71,8 +71,7 @@ def latency_frame(levels: list[BenchResult] | BenchResult | None) -> pd.DataFram
 def sweep_frame(results: list[BenchResult]) -> pd.DataFrame:
     """The trade-off curve: per-user decode tok/s against total output tok/s, one point per level."""
     rows = [{"output tok/s": r["output_tok_s"], "decode tok/s per user": r["decode_tok_s_per_user"],
-             "level": (f"c={r['concurrency']} client-bound (lag p99 {r['client_lag_p99_ms']:.0f} ms)"
-                       if r["client_bound"] else f"c={r['concurrency']}")}
+             "level": level_label(r)}
             for r in figure_rows(results)
             if r["output_tok_s"] is not None and r["decode_tok_s_per_user"] is not None]
     return pd.DataFrame(rows, columns=["output tok/s", "decode tok/s per user", "level"]).astype(
