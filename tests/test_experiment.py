@@ -197,7 +197,7 @@ def test_the_report_is_self_contained(recorded: ExperimentResult, tmp_path: Path
     assert raw is not None
     records = json.loads(raw.group(1))
     assert len(records["ngram"][0]["records"]) == 4
-    paths = recorded.save(tmp_path)
+    paths = recorded.save(tmp_path, page)
     again = load_experiment(tmp_path)
     assert again.summary() == recorded.summary()
     assert json.loads(paths["summary"].read_text())["configs"][1]["label"] == "ngram"

@@ -53,7 +53,8 @@ def register(subparsers: Any) -> None:
 
 def _launched_argv(url: str) -> list[str] | None:
     """The argv of the server the workbench launched at this URL, if any."""
-    from workbench.server.state import scan_records, state_root
+    from workbench.server.servers import scan_records
+    from workbench.server.state import state_root
     from workbench.urls import normalize_base_url
 
     try:
@@ -70,7 +71,8 @@ def _launched_argv(url: str) -> list[str] | None:
 
 def _running_server_url() -> str | None:
     """The first server the workbench launched that is still alive, if any."""
-    from workbench.server.state import scan_records, state_root
+    from workbench.server.servers import scan_records
+    from workbench.server.state import state_root
 
     try:
         handles, _ = scan_records(state_root())

@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and write one report: the winners per concurrency (per-user decode, TTFT, total output, goodput), "
         "where speculative decoding stops paying, acceptance per category and draft position.",
     )
-    add_selection_arguments(p)
+    add_selection_arguments(p, port="same")
     p.add_argument("--config", action="append", default=[], metavar="LABEL:SPEC[:FLAGS]",
                    help="a configuration: its label, its spec mode (off for none) and extra vllm serve flags; "
                    "repeatable, and added to those of --spec")
@@ -190,7 +190,7 @@ def experiment_command(args: argparse.Namespace) -> int:
     for line in plan_lines(result):
         print(line, file=sys.stderr)
     progress = None if args.quiet else _ProgressLine(sys.stderr)
-    port = None if args.resume or args.port == 8000 else args.port
+    port = None if args.resume or args.server_port in (None, 8000) else args.server_port
     try:
         result = run_experiment(result, out, catalog, progress=progress, port=port)
     finally:

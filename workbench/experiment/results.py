@@ -165,16 +165,15 @@ class ExperimentResult:
                 "winners": [w.to_dict() for w in self.winners()],
                 "crossovers": [x.to_dict() for x in self.crossovers()]}
 
-    def save(self, directory: Path | str) -> dict[str, Path]:
-        """Write state.json, experiment.json and report.html (each replaced whole, never half-written)."""
-        from workbench.experiment.report import report_html
-
+    def save(self, directory: Path | str, report: str) -> dict[str, Path]:
+        """Write state.json, experiment.json and `report` (the rendered report.html), each
+        replaced whole, never half-written."""
         folder = Path(directory)
         folder.mkdir(parents=True, exist_ok=True)
         paths = {"state": folder / STATE_FILE, "summary": folder / SUMMARY_FILE, "report": folder / REPORT_FILE}
         _replace(paths["state"], json.dumps(self.to_dict()))
         _replace(paths["summary"], json.dumps(self.summary(), indent=1))
-        _replace(paths["report"], report_html(self))
+        _replace(paths["report"], report)
         return paths
 
 

@@ -31,6 +31,7 @@ from workbench.bench import BenchConfig, BenchProgress, run_benchmark
 from workbench.errors import LaunchError, WorkbenchError
 from workbench.experiment.configs import ExperimentConfig, render_config
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings
+from workbench.experiment.report import report_html
 from workbench.experiment.workloads import Workload
 from workbench.recipes import Catalog, LaunchPlan
 from workbench import server
@@ -199,7 +200,7 @@ class _Run:
                                          len(self.result.settings.concurrency), phase, done, total, eta, message))
 
     def save(self) -> None:
-        self.result.save(self.directory)
+        self.result.save(self.directory, report_html(self.result))
 
     def stopped(self) -> bool:
         return self.should_stop is not None and self.should_stop()
