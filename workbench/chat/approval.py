@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from workbench.errors import InputError
 
-__all__ = ["APPROVAL_DECISIONS", "APPROVAL_POLICIES", "ApprovalDecision", "ApprovalPolicy", "PendingApproval",
+__all__ = ["APPROVAL_DECISIONS", "APPROVAL_POLICIES", "ApprovalDecision", "ApprovalPolicy", "PendingApproval", "check_policy",
            "ToolApprovals"]
 
 ApprovalPolicy = Literal["ask", "always", "never"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import bench, chat, metrics, notebooks, plan, render, serve, ui, workshop
+from workbench.cli import bench, chat, mcp, metrics, notebooks, plan, render, serve, ui, workshop
 from workbench.errors import WorkbenchError
 
-COMMAND_MODULES = (ui, render, plan, serve, chat, metrics, bench, notebooks, workshop)
+COMMAND_MODULES = (ui, render, plan, serve, chat, mcp, metrics, bench, notebooks, workshop)
 
 
 def build_parser() -> argparse.ArgumentParser:
