@@ -18,11 +18,13 @@ import asyncio
 import concurrent.futures
 import logging
 import re
+import os
 import shlex
+import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from workbench.chat.tools.registry import ToolRegistry
 from workbench.chat.tools.schema import Tool
@@ -140,6 +142,7 @@ class McpToolSource:
         self._ended: str | None = None  # why the connection is gone, once it is
         self._faults: set[asyncio.Future[str]] = set()  # one per call in flight
         self._served: concurrent.futures.Future[None] | None = None
+        self._errlog: IO[str] | None = None
 
     @property
     def label(self) -> str:
@@ -188,6 +191,8 @@ class McpToolSource:
         thread.join(10)
         if not thread.is_alive():
             loop.close()
+        if self._errlog is not None:
+            self._errlog.close()
 
     def __enter__(self) -> McpToolSource:
         return self.start()
@@ -195,12 +200,33 @@ class McpToolSource:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def stderr_tail(self, chars: int = 400) -> str:
+        """The end of what a stdio server wrote on its stderr (kept in a file of our own:
+        a notebook's or a test's sys.stderr has no descriptor to hand a process)."""
+        if self._errlog is None:
+            return ""
+        try:
+            self._errlog.flush()
+            size = self._errlog.seek(0, os.SEEK_END)
+            self._errlog.seek(max(0, size - chars))
+            return " ".join(self._errlog.read().split())[-chars:]
+        except (OSError, ValueError):
+            return ""
+
+    def _with_stderr(self, why: str) -> str:
+        tail = self.stderr_tail()
+        return f"{why} (its stderr ends: {tail!r})" if tail else why
+
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
         from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
 
         self._closing = asyncio.Event()
-        server: Any = (self.spec.url if self.spec.kind == "http" else
-                       StdioServerParameters(command=self.spec.command[0], args=list(self.spec.command[1:])))
+        server: Any = self.spec.url
+        if self.spec.kind == "stdio":
+            self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            server = stdio_client(StdioServerParameters(command=self.spec.command[0], args=list(self.spec.command[1:])),
+                                  errlog=self._errlog)
         try:
             async with Client(server, message_handler=self._on_message) as client:
                 listed = await client.list_tools()
@@ -210,7 +236,7 @@ class McpToolSource:
                 ready.set_result(None)
                 await self._closing.wait()
         except BaseException as exc:
-            why = _describe(exc)
+            why = self._with_stderr(_describe(exc))
             self._ended = why
             self._fault(why)
             if not ready.done():
@@ -284,7 +310,7 @@ class McpToolSource:
                     raise
                 except Exception as exc:
                     raise ToolError(f"The MCP server {self.label!r} failed the call to {name}: "
-                                    f"{_describe(exc)}") from exc
+                                    f"{self._with_stderr(_describe(exc))}") from exc
             if fault in done:
                 raise ToolError(f"The call to {name} failed: {fault.result()}.",
                                 hint=f"The MCP server {self.label!r} may be broken; check its own log.")
