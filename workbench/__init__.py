@@ -54,6 +54,8 @@ _EXPORTS: dict[str, str] = {
     # chat
     "ChatOptions": "workbench.chat",
     "ChatSession": "workbench.chat",
+    "McpConnections": "workbench.chat.tools",
+    "ToolApprovals": "workbench.chat.approval",
     "ToolRegistry": "workbench.chat.tools",
     "builtin_tools": "workbench.chat.tools",
     # metrics
@@ -100,7 +102,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.bench import DGX_SPARK_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
     from workbench.chat import ChatOptions, ChatSession
-    from workbench.chat.tools import ToolRegistry, builtin_tools
+    from workbench.chat.approval import ToolApprovals
+    from workbench.chat.tools import McpConnections, ToolRegistry, builtin_tools
     from workbench.demo.forcing import forcing_extra_body, forcing_plan, reasoning_then_answer, reasoning_then_tool_call
     from workbench.demo.models import build_forcing_model, special_token_ids
     from workbench.errors import BenchShapeError, PlannerError, WorkbenchError
