@@ -19,7 +19,7 @@ from workbench.chat.approval import ToolApprovals
 from workbench.chat.tools import McpConnections, McpServerSpec, McpToolSource, ToolRegistry, builtin_tools
 from workbench.errors import InputError, ToolError
 
-TOOLS = {"add", "word_count", "slow", "die", "garbage"}
+TOOLS = {"add", "word_count", "get_weather", "slow", "die", "garbage"}
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +203,7 @@ def test_cli_asks_on_the_terminal_and_denies_without_one():
 
     event = ToolApprovalRequested(0, "call-1", "add", {"a": 1}, "python server.py")
     approvals, err = ToolApprovals(), io.StringIO()
-    approvals.ask("call-1", "add")
+    approvals.ask("call-1", "add")  # the session opens the question before the event comes out
     list(approving([event], approvals, _Terminal("maybe\na\n"), err))
     assert approvals.policy_for("add") == "always" and err.getvalue().count("[approval] Run add(") == 2
     approvals, err = ToolApprovals(), io.StringIO()

@@ -3,7 +3,7 @@
     python tests/helpers/mcp_servers.py stdio              the server on stdin/stdout
     python tests/helpers/mcp_servers.py http --port N      Streamable HTTP on 127.0.0.1:N/mcp
 
-Tools: `add` (a sum), `word_count`, `slow` (sleeps), `die` (the process exits
+Tools: `add` (a sum), `word_count`, `get_weather`, `slow` (sleeps), `die` (the process exits
 mid-call) and `garbage` (writes a line that is not JSON-RPC where the answer
 should be, stdio only), so the client's failure paths meet a real server.
 """
@@ -30,6 +30,12 @@ def add(a: int, b: int) -> int:
 def word_count(text: str) -> dict[str, int]:
     """Count the words and characters of a text."""
     return {"words": len(text.split()), "characters": len(text)}
+
+
+@server.tool()
+def get_weather(city: str) -> dict[str, object]:
+    """Get weather (the tool the recorded vLLM streams call)."""
+    return {"city": city, "forecast": "sunny", "celsius": 21}
 
 
 @server.tool()

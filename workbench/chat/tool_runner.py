@@ -9,6 +9,7 @@ MCP request is cancelled on its server) and ends the round.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -82,8 +83,10 @@ class ToolRunner:
                                    "denied by policy", source)
                 return
             if policy == "ask":
+                # The question is open before anyone hears of it: a view answers as soon as it sees the event.
+                question = self.approvals.ask(call.id, call.name)
                 yield ToolApprovalRequested(step, call.id, call.name, arguments, source)
-                decision = await self._wait_for_answer(call)
+                decision = await self._wait_for_answer(call, question)
                 if decision is None:
                     yield self._finish(call, step, arguments, "Cancelled: the user stopped the turn.", "cancelled", source)
                     return
@@ -104,9 +107,10 @@ class ToolRunner:
         yield ToolResult(step, call.id, call.name, outcome.arguments, outcome.result, outcome.error,
                          outcome.seconds, content, approval=approval, source=source)
 
-    async def _wait_for_answer(self, call: PendingCall) -> ApprovalDecision | None:
+    async def _wait_for_answer(self, call: PendingCall,
+                               question: concurrent.futures.Future[ApprovalDecision]) -> ApprovalDecision | None:
         """The person's answer, or None when the turn was stopped first."""
-        answer = asyncio.wrap_future(self.approvals.ask(call.id, call.name))
+        answer = asyncio.wrap_future(question)
         if await self._first_or_stop(answer):
             return answer.result()
         self.approvals.forget(call.id)

@@ -1,0 +1,96 @@
+"""The tool loop with an MCP server, on recorded vLLM streams (tests/helpers/replay): each
+call of an MCP tool waits for an answer, which a view gives from another thread as soon
+as it sees the event; a denial or a stop goes back to the model as the call's result."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from tests.helpers.mcp_running import STDIO_COMMAND
+from workbench.chat import ChatOptions
+from workbench.chat.approval import ToolApprovals
+from workbench.chat.events import ToolApprovalRequested, ToolResult
+from workbench.chat.tools import McpServerSpec, McpToolSource, ToolRegistry
+from tests.helpers.replay import replay_async_client
+from tests.test_chat_replay import CONTENT, TOOLCALL
+from workbench.chat import ChatSession
+
+
+@pytest.fixture(scope="module")
+def mcp_registry():
+    with McpToolSource(McpServerSpec.parse(STDIO_COMMAND), call_timeout_s=10) as source:
+        registry = ToolRegistry()
+        source.register_into(registry)
+        yield registry, source
+
+
+def _session(registry, approvals, *recordings):
+    client, transport = replay_async_client(recordings)
+    session = ChatSession("http://replay.invalid", options=ChatOptions(), tools=registry, http_client=client,
+                          approvals=approvals)
+    return session, transport
+
+
+def _answering(session, events, decision):
+    """Consume the turn as a view does, answering each approval from another thread."""
+    seen = []
+    for event in events:
+        seen.append(event)
+        if isinstance(event, ToolApprovalRequested):
+            threading.Thread(target=session.approvals.answer, args=(event.call_id, decision)).start()
+    return seen
+
+
+@pytest.mark.parametrize("decision, approval", [("once", "approved once"), ("always", "approved always")])
+def test_an_approved_mcp_call_runs_on_the_server(mcp_registry, decision, approval):
+    registry, source = mcp_registry
+    session, transport = _session(registry, ToolApprovals(), TOOLCALL, CONTENT)
+    events = _answering(session, session.stream("What is the weather in Paris?"), decision)
+    [asked] = [e for e in events if isinstance(e, ToolApprovalRequested)]
+    assert asked.name == "get_weather" and asked.arguments == {"city": "Paris"} and asked.source == source.label
+    [result] = [e for e in events if isinstance(e, ToolResult)]
+    assert result.error is None and result.approval == approval and result.source == source.label
+    assert result.result == {"city": "Paris", "forecast": "sunny", "celsius": 21}
+    sent = transport.requests[2].body["messages"][2]
+    assert sent["role"] == "tool" and json.loads(sent["content"])["forecast"] == "sunny"
+    assert (session.approvals.policy_for("get_weather") == "always") == (decision == "always")
+    assert events.index(asked) < events.index(result)
+
+
+def test_a_denied_call_goes_back_to_the_model_as_its_result(mcp_registry):
+    registry, _ = mcp_registry
+    session, transport = _session(registry, ToolApprovals(), TOOLCALL, CONTENT)
+    events = _answering(session, session.stream("What is the weather in Paris?"), "deny")
+    [result] = [e for e in events if isinstance(e, ToolResult)]
+    assert result.approval == "denied" and result.error == "The user denied this call."
+    assert json.loads(transport.requests[2].body["messages"][2]["content"]) == {"error": "The user denied this call."}
+    assert events[-1].finish_reason == "stop"  # the turn went on to the answer
+
+
+def test_policies_always_and_never_do_not_ask(mcp_registry):
+    registry, _ = mcp_registry
+    for policy, approval in (("always", "allowed by policy"), ("never", "denied by policy")):
+        session, _ = _session(registry, ToolApprovals(policy), TOOLCALL, CONTENT)
+        events = list(session.stream("What is the weather in Paris?"))
+        assert not [e for e in events if isinstance(e, ToolApprovalRequested)]
+        [result] = [e for e in events if isinstance(e, ToolResult)]
+        assert result.approval == approval and (result.error is None) == (policy == "always")
+
+
+def test_stop_while_waiting_for_approval_cancels_the_call(mcp_registry):
+    registry, _ = mcp_registry
+    session, transport = _session(registry, ToolApprovals(), TOOLCALL, CONTENT)
+    events = []
+    for event in session.stream("What is the weather in Paris?"):
+        events.append(event)
+        if isinstance(event, ToolApprovalRequested):
+            threading.Timer(0.3, session.stop).start()
+    [result] = [e for e in events if isinstance(e, ToolResult)]
+    assert result.approval == "cancelled" and "stopped" in result.error
+    assert not session.approvals.waiting()
+    roles = [m.role for m in session.conversation.messages]
+    assert roles == ["user", "assistant", "tool"]  # every call answered: the next turn is valid
+    assert len(transport.requests) == 2  # models, then the one chat request: nothing after the stop
