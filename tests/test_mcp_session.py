@@ -94,3 +94,28 @@ def test_stop_while_waiting_for_approval_cancels_the_call(mcp_registry):
     roles = [m.role for m in session.conversation.messages]
     assert roles == ["user", "assistant", "tool"]  # every call answered: the next turn is valid
     assert len(transport.requests) == 2  # models, then the one chat request: nothing after the stop
+
+
+def test_workshop_attendees_use_what_the_presenter_shared_without_being_asked():
+    from workbench.chat.tools import builtin_tools
+    from workbench.workshop.room_tools import RoomTools
+
+    room_tools = RoomTools()
+    try:
+        client, transport = replay_async_client([TOOLCALL, CONTENT])
+        attendee = ChatSession("http://replay.invalid", tools=builtin_tools(), http_client=client)
+        room_tools.apply(attendee)  # nothing shared yet: built-ins only
+        assert not [n for n in attendee.tools.names() if attendee.tools.get(n).source]
+        room_tools.share(STDIO_COMMAND)  # the presenter's approval
+        room_tools.apply(attendee)
+        assert "get_weather" in attendee.tools and attendee.approvals.policy_for("get_weather") == "always"
+        assert attendee.approvals.policy_for("some_other_mcp_tool") == "never"
+        events = list(attendee.stream("What is the weather in Paris?"))
+        assert not [e for e in events if isinstance(e, ToolApprovalRequested)]  # nobody to ask in a room
+        [result] = [e for e in events if isinstance(e, ToolResult)]
+        assert result.approval == "allowed by policy" and result.result["forecast"] == "sunny"
+        room_tools.remove_all()
+        room_tools.apply(attendee)
+        assert "get_weather" not in attendee.tools
+    finally:
+        room_tools.close()

@@ -157,17 +157,22 @@ def _answer(decision: str):
     return answer
 
 
+# Adding a server runs a command on this machine: no API endpoint for it, only the page's buttons.
+PRIVATE: dict[str, Any] = {"api_visibility": "private"}
+
+
 def wire_mcp_panel(panel: McpPanel, session: gr.State, saved: gr.BrowserState) -> None:
-    panel.add.click(_add, [panel.server, panel.connections, session, saved],
-                    [panel.connections, panel.listing, saved, panel.server])
-    panel.server.submit(_add, [panel.server, panel.connections, session, saved],
-                        [panel.connections, panel.listing, saved, panel.server])
-    panel.reconnect.click(_reconnect, [panel.connections, session, saved], [panel.connections, panel.listing])
+    for trigger in (panel.add.click, panel.server.submit):
+        trigger(_add, [panel.server, panel.connections, session, saved],
+                [panel.connections, panel.listing, saved, panel.server], **PRIVATE)
+    panel.reconnect.click(_reconnect, [panel.connections, session, saved], [panel.connections, panel.listing],
+                          **PRIVATE)
     panel.remove_all.click(_remove_all, [panel.connections, session, saved],
-                           [panel.connections, panel.listing, saved])
+                           [panel.connections, panel.listing, saved], **PRIVATE)
     # Answered while the turn's handler waits: these must not queue behind it.
     for button, decision in ((panel.approve_once, "once"), (panel.approve_always, "always"), (panel.deny, "deny")):
-        button.click(_answer(decision), [session, saved, panel.connections], [panel.approval_note, saved], queue=False)
+        button.click(_answer(decision), [session, saved, panel.connections], [panel.approval_note, saved],
+                     queue=False, **PRIVATE)
 
 
 def saved_servers_note(saved: object) -> str:
