@@ -210,3 +210,17 @@ def test_cli_asks_on_the_terminal_and_denies_without_one():
     asked = approvals.ask("call-1", "add")
     list(approving([event], approvals, io.StringIO("y\n"), err))
     assert asked.result(0) == "deny" and "--approve always" in err.getvalue()
+
+
+def test_a_server_that_never_answers_is_stopped_when_given_up_on(tmp_path):
+    import os
+    import shlex
+
+    pid_file = tmp_path / "pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    hung = McpToolSource(McpServerSpec.parse(shlex.join([sys.executable, "-c", script])), connect_timeout_s=3)
+    with pytest.raises(ToolError, match="did not answer within 3 s"):
+        hung.start()
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left behind
+        os.kill(pid, 0)

@@ -143,6 +143,8 @@ class McpToolSource:
         self._faults: set[asyncio.Future[str]] = set()  # one per call in flight
         self._served: concurrent.futures.Future[None] | None = None
         self._errlog: IO[str] | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._finished = threading.Event()  # _serve has ended (its process stopped)
 
     @property
     def label(self) -> str:
@@ -182,11 +184,10 @@ class McpToolSource:
             return
         if self._closing is not None:
             loop.call_soon_threadsafe(self._closing.set)
-        if self._served is not None:
-            try:
-                self._served.result(10)
-            except BaseException:  # already reported as the connection's end
-                pass
+        if not self._finished.wait(5 if self._client is not None else 0.5) and self._task is not None:
+            # Still connecting (a server that never answers): cancel, so the SDK stops its process.
+            loop.call_soon_threadsafe(self._task.cancel)
+            self._finished.wait(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         if not thread.is_alive():
@@ -222,6 +223,7 @@ class McpToolSource:
         from mcp.client.stdio import stdio_client
 
         self._closing = asyncio.Event()
+        self._task = asyncio.current_task()
         server: Any = self.spec.url
         if self.spec.kind == "stdio":
             self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
@@ -248,6 +250,7 @@ class McpToolSource:
             self._client = None
             if self._ended is None:
                 self._ended = "the connection was closed"
+            self._finished.set()
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
