@@ -119,3 +119,21 @@ def test_workshop_attendees_use_what_the_presenter_shared_without_being_asked():
         assert "get_weather" not in attendee.tools
     finally:
         room_tools.close()
+
+
+def test_reasoning_before_and_after_the_mcp_call_is_shown_in_order(mcp_registry):
+    from workbench.chat import TurnTranscript
+    from workbench.ui.chat_render import tools_text, turn_messages
+
+    registry, source = mcp_registry
+    session, _ = _session(registry, ToolApprovals("always"), TOOLCALL, CONTENT)
+    transcript = TurnTranscript("What is the weather in Paris?")
+    for event in session.stream("What is the weather in Paris?"):
+        transcript.apply(event)
+    blocks = [(m.get("metadata") or {}).get("title") or "answer" for m in turn_messages(transcript)[1:]]
+    assert blocks == ["Thinking", "Tool call · get_weather", "Thinking", "answer"]
+    shown = turn_messages(transcript)
+    assert shown[1]["content"] == "I should call the weather tool." and shown[3]["content"] == "The user greets me."
+    assert f"**MCP server** `{source.label}` · allowed by policy" in shown[2]["content"]
+    trace = json.loads(tools_text(transcript))
+    assert trace[0]["mcp_server"] == source.label and trace[0]["approval"] == "allowed by policy"
