@@ -137,3 +137,27 @@ def test_reasoning_before_and_after_the_mcp_call_is_shown_in_order(mcp_registry)
     assert f"**MCP server** `{source.label}` · allowed by policy" in shown[2]["content"]
     trace = json.loads(tools_text(transcript))
     assert trace[0]["mcp_server"] == source.label and trace[0]["approval"] == "allowed by policy"
+
+
+def test_stop_while_an_mcp_call_runs_cancels_the_request(mcp_registry):
+    import time
+
+    from workbench.chat.tools import Tool
+
+    _, source = mcp_registry
+    # The recorded stream calls get_weather; here it is the server's `slow` tool (30 s).
+    slow = Tool("get_weather", "Get weather", {"type": "object", "properties": {}}, function=lambda: None,
+                source=source.label, call_remote=lambda arguments, timeout: source.call("slow", {"seconds": 30}, 60))
+    session, _ = _session(ToolRegistry([slow]), ToolApprovals("always"), TOOLCALL, CONTENT)
+    started = None
+    events = []
+    for event in session.stream("What is the weather in Paris?"):
+        events.append(event)
+        if event.kind == "tool_call_complete":
+            started = time.monotonic()
+            threading.Timer(0.5, session.stop).start()
+    [result] = [e for e in events if isinstance(e, ToolResult)]
+    assert result.approval == "cancelled" and "stopped" in result.error
+    assert time.monotonic() - started < 5  # not the tool's 30 s
+    assert events[-1].kind == "turn_finished" and events[-1].finish_reason == "stopped"
+    assert source.call_blocking("add", {"a": 1, "b": 2}) == 3  # the server goes on
