@@ -239,7 +239,7 @@ class McpToolSource:
                 await self._closing.wait()
         except BaseException as exc:
             why = self._with_stderr(_describe(exc))
-            log.warning("MCP server %s: %s", self.label, why)
+            log.info("MCP server %s: %s", self.label, why)
             self._ended = why
             self._fault(why)
             if not ready.done():
