@@ -161,3 +161,19 @@ def test_stop_while_an_mcp_call_runs_cancels_the_request(mcp_registry):
     assert time.monotonic() - started < 5  # not the tool's 30 s
     assert events[-1].kind == "turn_finished" and events[-1].finish_reason == "stopped"
     assert source.call_blocking("add", {"a": 1, "b": 2}) == 3  # the server goes on
+
+
+def test_the_chat_tab_keeps_the_mcp_part_of_the_saved_chat_and_leaves_skips_alone():
+    import gradio as gr
+
+    from workbench.chat.tools import McpConnections
+    from workbench.ui.chat_mcp import with_mcp
+
+    before = {"display": [], "conversation": None, "mcp": {"servers": [{"kind": "http", "url": "http://h/mcp"}]}}
+    turn = [("shown", "", "", "", "", gr.skip(), None, ""),
+            ("shown", "", "", "", "", {"display": ["x"], "conversation": None}, None, "")]
+    first, last = list(with_mcp(iter(turn), before, None))
+    assert first[5] == gr.skip() and first[-1] == ""  # a skip stays a skip (Gradio reads a dict as an update)
+    assert last[5] == {"display": ["x"], "conversation": None, "mcp": before["mcp"]}
+    [connected] = list(with_mcp(iter(turn[1:]), before, McpConnections()))
+    assert connected[5]["mcp"] == {"servers": []}  # what is connected now is what is saved

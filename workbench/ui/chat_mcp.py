@@ -191,7 +191,7 @@ def with_mcp(turn_updates: Iterator[tuple[Any, ...]], saved_before: object, conn
     """The Chat tab's turn updates, plus the approval note; what they save keeps the MCP part."""
     for values in turn_updates:
         keep, session = values[5], values[6]
-        if isinstance(keep, dict):
+        if isinstance(keep, dict) and "__type__" not in keep:  # a saved chat, not gr.skip()
             keep = ({**keep, "mcp": saved_mcp(saved_before)} if not isinstance(connections, McpConnections)
                     else _saved_with(keep, connections, session))
         yield (*values[:5], keep, *values[6:], approval_markdown(session))
