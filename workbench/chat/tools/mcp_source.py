@@ -227,8 +227,11 @@ class McpToolSource:
         server: Any = self.spec.url
         if self.spec.kind == "stdio":
             self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-            server = stdio_client(StdioServerParameters(command=self.spec.command[0], args=list(self.spec.command[1:])),
-                                  errlog=self._errlog)
+            # The SDK passes a server only a safe part of the environment (no API keys); the
+            # Python path goes too, so `python -m module` finds what this process finds.
+            env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else None
+            server = stdio_client(StdioServerParameters(command=self.spec.command[0], args=list(self.spec.command[1:]),
+                                                        env=env), errlog=self._errlog)
         try:
             async with Client(server, message_handler=self._on_message) as client:
                 listed = await client.list_tools()
