@@ -124,10 +124,11 @@ def test_tool_call_runs_tool_and_continues(recording, call_id, usage):
     assert first["tools"][0]["function"]["name"] == "get_weather"
     assert first["tool_choice"] == "auto"
     assert first["chat_template_kwargs"] == {"enable_thinking": True, "force_nonempty_content": True}
-    # the second carries the assistant tool call (no reasoning) and the role-tool result
+    # the second carries the assistant tool call with its reasoning (the turn in progress:
+    # the model goes on from its own thoughts) and the role-tool result
     assert second["messages"] == [
         {"role": "user", "content": "What is the weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [
+        {"role": "assistant", "content": "", "reasoning": "I should call the weather tool.", "tool_calls": [
             {"id": call_id, "type": "function",
              "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "content": '{"city": "Paris", "forecast": "sunny", "celsius": 21}',

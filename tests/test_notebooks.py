@@ -163,6 +163,10 @@ def test_02_reasoning_and_tools(notebook_state_dir, artifacts_dir, monkeypatch):
     assert "finish: stop | answer: Yes, 17 is prime." in text
     assert "answer: Each of you pays 23.00 for dinner, and 3 GPU hours cost 7.50." in text
     assert "messages: ['user', 'assistant', 'tool', 'assistant', 'tool', 'assistant']" in text
+    # the MCP section: the example server's tool, called through vLLM's parser, approved in code
+    assert "MCP servers: ['workbench.demo.mcp_example']" in text
+    assert "MCP call: gpu_hours_cost -> {\"hours\": 4.0, \"cost\": 10.0} (approved once)" in text
+    assert "answer: 4 GPU hours cost 10.00." in text
     widgets = _widget_values(nb)
     assert "calculate_tip" in widgets and "gpu_hours_cost" in widgets and "per_person" in widgets
     assert "Stopped the server this notebook started" in text

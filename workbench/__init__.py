@@ -57,6 +57,8 @@ _EXPORTS: dict[str, str] = {
     # chat
     "ChatOptions": "workbench.chat",
     "ChatSession": "workbench.chat",
+    "McpConnections": "workbench.chat.tools",
+    "ToolApprovals": "workbench.chat.approval",
     "ToolRegistry": "workbench.chat.tools",
     "builtin_tools": "workbench.chat.tools",
     # metrics
@@ -133,7 +135,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.agents.verify import ExpectedParsers, verify_endpoint
     from workbench.bench import DGX_SPARK_REFERENCE, BenchConfig, check_fits, preset_config, run_benchmark
     from workbench.chat import ChatOptions, ChatSession
-    from workbench.chat.tools import ToolRegistry, builtin_tools
+    from workbench.chat.approval import ToolApprovals
+    from workbench.chat.tools import McpConnections, ToolRegistry, builtin_tools
     from workbench.demo.forcing import (
         forcing_extra_body,
         forcing_plan,

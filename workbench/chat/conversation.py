@@ -1,8 +1,14 @@
 """The conversation: messages as sent to the server, plus what a view shows beside them.
 
 History follows the model card: earlier turns' reasoning is kept for display and
-export but never sent back; assistant tool-call messages keep their `tool_calls`;
-tool results go back as `role: tool` with `tool_call_id`.
+export but not sent back; assistant tool-call messages keep their `tool_calls`;
+tool results go back as `role: tool` with `tool_call_id`. Within the turn in
+progress (the messages after the last user message: a tool call, its result, the
+next step) each assistant message carries its reasoning back as `reasoning`, so
+the model continues from its own thoughts across tool calls: vLLM 0.32 accepts
+`reasoning` (or the older `reasoning_content`) on an assistant message and hands
+the template both names; Nemotron's template renders them inside <think> for the
+current turn and drops them for earlier ones.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ class Message:
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
-    reasoning: str | None = None  # shown and exported; never sent back to the model
+    reasoning: str | None = None  # shown and exported; sent back only within the turn in progress
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None  # the tool's name on role "tool"
@@ -51,9 +57,11 @@ class Message:
     # is), or on a user message that got no answer at all.
     failed: str | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        """The message as sent to the server (reasoning dropped, as the model card asks)."""
+    def to_wire(self, *, with_reasoning: bool = False) -> dict[str, Any]:
+        """The message as sent to the server (reasoning only when asked: the turn in progress)."""
         wire: dict[str, Any] = {"role": self.role, "content": self.content}
+        if with_reasoning and self.role == "assistant" and self.reasoning:
+            wire["reasoning"] = self.reasoning
         if self.tool_calls:
             wire["tool_calls"] = [call.to_wire() for call in self.tool_calls]
         if self.role == "tool":
@@ -151,11 +159,12 @@ class Conversation:
         is left out once another user message follows it (no user, user on the wire);
         while it is the last one it is sent, so the turn can be retried."""
         wire = []
+        last_user = max((i for i, m in enumerate(self.messages) if m.role == "user"), default=-1)
         for i, m in enumerate(self.messages):
             following = self.messages[i + 1] if i + 1 < len(self.messages) else None
             if m.role == "user" and m.failed and following is not None and following.role == "user":
                 continue
-            wire.append(m.to_wire())
+            wire.append(m.to_wire(with_reasoning=i > last_user))
         return wire
 
     def to_dict(self) -> dict[str, Any]:

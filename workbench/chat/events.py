@@ -5,7 +5,8 @@
     ToolCallStarted         a tool call opened: step, index, id, name
     ToolCallArgumentsDelta  a fragment of its JSON arguments
     ToolCallComplete        the arguments parsed (or the raw text and the parse error)
-    ToolResult              what the tool returned (or its error) and how long it took
+    ToolApprovalRequested   an MCP tool call waits for a person's yes (ToolApprovals.answer)
+    ToolResult              what the tool returned (or its error), how long it took, how it was approved
     Notice                  something the user should know (empty answer, step limit, stopped)
     TurnFinished            finish reason, summed usage, the turn's client-side stats
     ErrorEvent              the request failed: message and hint; the conversation is kept
@@ -30,6 +31,7 @@ __all__ = [
     "ReasoningDelta",
     "ToolCallArgumentsDelta",
     "ToolCallComplete",
+    "ToolApprovalRequested",
     "ToolCallStarted",
     "ToolResult",
     "TurnFinished",
@@ -45,6 +47,7 @@ ChatEventKind = Literal[
     "tool_call_started",
     "tool_call_arguments",
     "tool_call_complete",
+    "tool_approval",
     "tool_result",
     "notice",
     "turn_finished",
@@ -114,6 +117,16 @@ class ToolCallComplete(_Event):
 
 
 @dataclass(frozen=True)
+class ToolApprovalRequested(_Event):
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    source: str  # the MCP server's label
+    kind: Literal["tool_approval"] = "tool_approval"
+
+
+@dataclass(frozen=True)
 class ToolResult(_Event):
     step: int
     call_id: str
@@ -123,6 +136,10 @@ class ToolResult(_Event):
     error: str | None = None
     seconds: float = 0.0
     content: str = ""  # exactly what went back to the model as the tool message
+    # How an MCP call was allowed: "approved once", "approved always", "allowed by policy",
+    # "denied", "denied by policy", "cancelled"; None for built-in tools (never asked).
+    approval: str | None = None
+    source: str | None = None  # the MCP server's label; None for built-ins
     kind: Literal["tool_result"] = "tool_result"
 
 
@@ -223,6 +240,7 @@ ChatEvent = Union[
     ToolCallStarted,
     ToolCallArgumentsDelta,
     ToolCallComplete,
+    ToolApprovalRequested,
     ToolResult,
     Notice,
     TurnFinished,

@@ -13,13 +13,13 @@ stream, which makes vLLM abort the request.
 from __future__ import annotations
 
 import asyncio
-import json
 import queue
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
+from workbench.chat.approval import ToolApprovals
 from workbench.chat.budget import continuation_body, continuation_prompt_ids
 from workbench.chat.conversation import Conversation, Message, ToolCall
 from workbench.chat.events import (
@@ -36,6 +36,7 @@ from workbench.chat.failures import error_event
 from workbench.chat.options import ChatOptions, RequestHook, RequestInfo, deep_merge
 from workbench.chat.stream import PendingCall, Step, chat_chunk_events, complete_call, completion_chunk_events
 from workbench.chat.server_metrics import TurnServerFigures
+from workbench.chat.tool_runner import ToolRunner
 from workbench.chat.tools import ToolRegistry
 from workbench.errors import WorkbenchError
 from workbench.urls import normalize_base_url
@@ -114,6 +115,8 @@ class ChatSession:
 
     base_url: the server root ('http://127.0.0.1:8000'; a trailing /v1 is accepted).
     tools: the registry offered to the model (None: no tools).
+    approvals: which MCP tool calls need a person's yes first (default: every one is asked);
+        a view answers the ToolApprovalRequested event with `approvals.answer(call_id, ...)`.
     request_hook: called before every request with a RequestInfo; what it returns
         is merged into that request's body (tests and demos force each step this way).
     http_client: an httpx.AsyncClient for the openai SDK (e.g. a replay transport).
@@ -131,6 +134,7 @@ class ChatSession:
         request_hook: RequestHook | None = None,
         http_client: Any = None,
         timeout_s: float = 600.0,
+        approvals: ToolApprovals | None = None,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.options = options or ChatOptions()
@@ -140,6 +144,7 @@ class ChatSession:
         self.request_hook = request_hook
         self.http_client = http_client
         self.timeout_s = timeout_s
+        self.approvals = approvals or ToolApprovals()  # asked before each MCP tool call
         self.last_request_body: dict[str, Any] | None = None  # what the last request sent, for display
         self._turns = 0
         self._stop_flag = threading.Event()
@@ -379,10 +384,15 @@ class ChatSession:
 
                 calls = [step.calls[i] for i in sorted(step.calls)]
                 self._record_assistant(step, keep_calls=True)
+                assert self._stop_event is not None
+                runner = ToolRunner(self.tools, self.approvals, self._record_tool_message, self._stop_event)
                 if step_number >= opts.max_tool_steps or not tools:
-                    yield self._refuse_calls(calls, bool(tools))
+                    yield runner.refuse(calls, bool(tools), opts.max_tool_steps)
                     break
-                async for event in self._run_tools(calls, step_number, tally):
+                async for event in runner.run(calls, step_number):
+                    if isinstance(event, ToolResult):
+                        tally.tool_s += event.seconds
+                        tally.tool_calls += 1
                     yield event
                 if self._stop_flag.is_set():
                     finish_reason = "stopped"
@@ -411,30 +421,6 @@ class ChatSession:
             messages[-1].failed = why
         elif messages and messages[-1].role == "user":
             messages[-1].failed = why
-
-    async def _run_tools(self, calls: list[PendingCall], step_number: int, tally: _Tally) -> AsyncIterator[ChatEvent]:
-        for call in calls:
-            event = await self._run_tool(call, step_number)
-            tally.tool_s += event.seconds
-            tally.tool_calls += 1
-            yield event
-            if self._stop_flag.is_set():
-                return
-
-    def _refuse_calls(self, calls: list[PendingCall], have_tools: bool) -> Notice:
-        """Answer calls that will not run (step limit, or no tools), so the history stays valid."""
-        opts = self.options
-        reason = (f"the limit of {opts.max_tool_steps} tool round(s) per turn was reached"
-                  if have_tools else "no tools are enabled in this session")
-        for call in calls:
-            self._record_tool_message(call, json.dumps({"error": f"Not run: {reason}."}))
-        return Notice(
-            "tool_step_limit",
-            f"The model asked for {', '.join(c.name for c in calls)} again, but "
-            f"{reason}; the calls were not run and the turn ends here.",
-            hint="Raise max_tool_steps in the options, or ask a narrower question."
-            if have_tools else "Enable tools in the options.",
-        )
 
     def _length_notice(self, content: str, step: Step, max_tokens: int | None) -> Notice:
         used = step.usage.completion_tokens or None
@@ -478,21 +464,6 @@ class ChatSession:
             if message.role == "assistant":
                 message.stats = stats
                 return
-
-    async def _run_tool(self, call: PendingCall, step: int) -> ToolResult:
-        try:
-            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            outcome_error = f"The arguments are not valid JSON ({exc.msg}): {call.arguments!r}"
-            content = json.dumps({"error": outcome_error})
-            self._record_tool_message(call, content)
-            return ToolResult(step, call.id, call.name, {}, error=outcome_error, content=content)
-        assert self.tools is not None
-        outcome = await self.tools.arun(call.name, arguments)
-        content = outcome.content_for_model()
-        self._record_tool_message(call, content)
-        return ToolResult(step, call.id, call.name, outcome.arguments, outcome.result,
-                          outcome.error, outcome.seconds, content)
 
     # -- reading a stream
 

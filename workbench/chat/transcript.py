@@ -23,6 +23,7 @@ from workbench.chat.events import (
     ReasoningDelta,
     ToolCallArgumentsDelta,
     ToolCallComplete,
+    ToolApprovalRequested,
     ToolCallStarted,
     ToolResult,
     TurnFinished,
@@ -32,7 +33,7 @@ from workbench.chat.events import (
 __all__ = ["Answer", "ErrorPart", "NoticePart", "Part", "StatsRow", "Thinking", "ToolCallPart",
            "TurnTranscript", "stats_rows"]
 
-ToolStatus = Literal["pending", "running", "done", "error", "not_run"]
+ToolStatus = Literal["pending", "awaiting_approval", "running", "done", "error", "not_run"]
 
 
 @dataclass
@@ -67,6 +68,8 @@ class ToolCallPart:
     error: str | None = None
     content: str = ""  # what went back to the model
     seconds: float | None = None
+    source: str | None = None  # the MCP server's label; None for built-ins
+    approval: str | None = None  # how an MCP call was allowed or refused (ToolResult.approval)
 
     def call_text(self) -> str:
         """name(arguments) as the model wrote them."""
@@ -130,6 +133,11 @@ class TurnTranscript:
             return self._complete(event)
         if isinstance(event, ToolResult):
             return self._result(event)
+        if isinstance(event, ToolApprovalRequested):
+            asked = self._calls.get(event.call_id)
+            if asked is not None:
+                asked.status, asked.source = "awaiting_approval", event.source
+            return asked is not None
         if isinstance(event, Notice):
             self.parts.append(NoticePart(event.code, event.message, event.hint))
             return True
@@ -145,7 +153,7 @@ class TurnTranscript:
         """Close whatever is still open (a stopped or failed turn)."""
         self._close_thinking()
         for part in self.tool_calls():
-            if part.status in ("pending", "running"):
+            if part.status in ("pending", "running", "awaiting_approval"):
                 part.status = "not_run"
 
     # -- reading
@@ -169,6 +177,10 @@ class TurnTranscript:
                 steps[part.step] += part.text
         return steps
 
+    def awaiting_approval(self) -> list[ToolCallPart]:
+        """The MCP calls waiting for a person's answer (ChatSession.approvals.answer)."""
+        return [p for p in self.tool_calls() if p.status == "awaiting_approval"]
+
     def notices(self) -> list[NoticePart]:
         return [p for p in self.parts if isinstance(p, NoticePart)]
 
@@ -184,6 +196,10 @@ class TurnTranscript:
                                    "status": c.status}
             if c.parse_error:
                 row["parse_error"] = c.parse_error
+            if c.source:
+                row["mcp_server"] = c.source
+            if c.approval:
+                row["approval"] = c.approval
             if c.status in ("done", "error"):
                 row["error" if c.error else "result"] = c.error or c.result
                 row["seconds"] = round(c.seconds or 0.0, 3)
@@ -225,12 +241,13 @@ class TurnTranscript:
         if part is None:
             # A call without an id: the first unanswered call of that name in the step.
             part = next((c for c in self.tool_calls() if c.step == event.step and c.name == event.name
-                         and c.status in ("pending", "running")), None)
+                         and c.status in ("pending", "running", "awaiting_approval")), None)
         if part is None:
             part = ToolCallPart(event.step, -1, event.call_id, event.name, arguments=event.arguments)
             self.parts.append(part)
         part.status = "error" if event.error else "done"
         part.result, part.error, part.content, part.seconds = event.result, event.error, event.content, event.seconds
+        part.source, part.approval = event.source, event.approval
         return True
 
 

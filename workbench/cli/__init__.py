@@ -19,7 +19,7 @@ from workbench.errors import WorkbenchError
 
 # Imported when a parser is built, not at import time: `gpu` builds a parser of its
 # own module alone, so it runs with the core dependencies only (no Gradio, no Jupyter).
-COMMAND_MODULE_NAMES = ("ui", "render", "plan", "serve", "chat", "metrics", "gpu", "bench", "experiment", "notebooks", "workshop", "agents")
+COMMAND_MODULE_NAMES = ("ui", "render", "plan", "serve", "chat", "mcp", "metrics", "gpu", "bench", "experiment", "notebooks", "workshop", "agents")
 CORE_ONLY_COMMANDS = ("gpu",)
 
 

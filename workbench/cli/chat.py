@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from workbench.chat import ChatEvent, ChatOptions, ChatSession, TurnTranscript, server_stats_rows, stats_rows
-from workbench.chat.tools import builtin_tools
+from workbench.chat import ChatEvent, ChatOptions, ChatSession, RequestHook, TurnTranscript, server_stats_rows, stats_rows
+from workbench.chat.approval import APPROVAL_POLICIES, ApprovalPolicy, ToolApprovals, check_policy
+from workbench.chat.events import ToolApprovalRequested
+from workbench.chat.tools import McpConnections, ToolRegistry, builtin_tools
+from workbench.errors import InputError
 from workbench.chat.transcript import Answer, ErrorPart, NoticePart, Thinking, ToolCallPart
 from workbench.server import resolve_server_url
 
@@ -46,12 +49,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tools", action="store_true",
                         help="offer the built-in tools (calculator, date/time, units, tip, recipes)")
     parser.add_argument("--max-tool-steps", type=int, default=5, help="default: %(default)s")
+    parser.add_argument("--mcp", action="append", default=[], metavar="COMMAND_OR_URL",
+                        help='offer an MCP server\'s tools: a command that speaks MCP on stdio '
+                        '("python my_server.py") or a Streamable HTTP URL (http://127.0.0.1:8000/mcp); repeatable')
+    parser.add_argument("--approve", choices=APPROVAL_POLICIES, default="ask",
+                        help="MCP tool calls: ask on the terminal before each (default; denied when "
+                        "stdin is not a terminal), always run, or never run")
+    parser.add_argument("--approve-tool", action="append", default=[], metavar="TOOL=POLICY",
+                        help="a policy for one MCP tool (ask, always or never), over --approve; repeatable")
     parser.add_argument("--json", action="store_true",
                         help="print every event as one JSON line on stdout instead")
     parser.set_defaults(func=chat_command)
 
 
-def chat_command(args: argparse.Namespace) -> int:
+def chat_command(args: argparse.Namespace, request_hook: RequestHook | None = None) -> int:
+    """`request_hook`: see ChatSession (tests force the forcing model's steps with it)."""
     message = sys.stdin.read() if args.message == "-" else args.message
     options = ChatOptions(
         model=args.model,
@@ -64,19 +76,65 @@ def chat_command(args: argparse.Namespace) -> int:
         system_prompt=args.system,
         max_tool_steps=args.max_tool_steps,
     )
-    session = ChatSession(
-        resolve_server_url(args.url),
-        options=options,
-        tools=builtin_tools() if args.tools else None,
-        api_key=args.api_key,
-    )
-    if args.json:
-        ok = True
-        for event in session.stream(message):
-            print(json.dumps(event.to_dict(), default=str), flush=True)
-            ok = ok and event.kind != "error"
-        return 0 if ok else 1
-    return render_events(session.stream(message), sys.stdout, sys.stderr)
+    approvals = ToolApprovals(args.approve, _tool_policies(args.approve_tool))
+    url = resolve_server_url(args.url)
+    connections = McpConnections()
+    try:
+        tools = builtin_tools() if args.tools else None
+        if args.mcp:
+            tools = tools or ToolRegistry()
+            for server in args.mcp:
+                connections.add(server, tools)
+        session = ChatSession(url, options=options, tools=tools, api_key=args.api_key, approvals=approvals,
+                              request_hook=request_hook)
+        events = approving(session.stream(message), approvals, sys.stdin, sys.stderr)
+        if args.json:
+            ok = True
+            for event in events:
+                print(json.dumps(event.to_dict(), default=str), flush=True)
+                ok = ok and event.kind != "error"
+            return 0 if ok else 1
+        return render_events(events, sys.stdout, sys.stderr)
+    finally:
+        connections.close()
+
+
+def _tool_policies(items: list[str]) -> dict[str, ApprovalPolicy]:
+    policies = {}
+    for item in items:
+        name, sep, policy = item.partition("=")
+        if not sep or not name.strip():
+            raise InputError(f"--approve-tool {item[:100]!r} is not TOOL=POLICY.",
+                             hint="For example --approve-tool add=always (policies: ask, always, never).")
+        policies[name.strip()] = check_policy(policy.strip(), f"policy for {name.strip()[:60]!r}")
+    return policies
+
+
+def approving(events: Iterable[ChatEvent], approvals: ToolApprovals, answers: TextIO, err: TextIO) -> Iterator[ChatEvent]:
+    """Pass the events on; each MCP call waiting for approval is asked about on the terminal
+    (or denied, with the flag to change that, when there is no terminal to ask on)."""
+    for event in events:
+        yield event
+        if isinstance(event, ToolApprovalRequested):
+            approvals.answer(event.call_id, _ask(event, answers, err))
+
+
+def _ask(event: ToolApprovalRequested, answers: TextIO, err: TextIO) -> str:
+    call = f"{event.name}({json.dumps(event.arguments)}) on MCP server {event.source}"
+    if not answers.isatty():
+        err.write(f"[approval] {call}: denied, stdin is not a terminal to ask on "
+                  f"(pass --approve always or --approve-tool {event.name}=always to allow it)\n")
+        return "deny"
+    while True:
+        err.write(f"[approval] Run {call}? [y]es once, [a]lways for {event.name}, [n]o: ")
+        err.flush()
+        reply = answers.readline().strip().lower()
+        if reply in ("y", "yes"):
+            return "once"
+        if reply in ("a", "always"):
+            return "always"
+        if reply in ("n", "no", ""):
+            return "deny"
 
 
 def render_events(events: Iterable[ChatEvent], out: TextIO, err: TextIO) -> int:
@@ -141,4 +199,5 @@ def _print_tool(part: ToolCallPart, index: int, announced: set[int], err: TextIO
     if part.status in ("done", "error") and -index - 1 not in announced:
         announced.add(-index - 1)
         result = f"error: {part.error}" if part.error else part.content
-        err.write(f"[tool result] {part.name} -> {result} ({(part.seconds or 0.0):.2f} s)\n")
+        approval = f", {part.approval}" if part.approval else ""
+        err.write(f"[tool result] {part.name} -> {result} ({(part.seconds or 0.0):.2f} s{approval})\n")

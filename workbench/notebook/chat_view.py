@@ -7,24 +7,43 @@ the Gradio Chat tab render too.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Union
 
 import ipywidgets as W
 
 from workbench.chat import ChatEvent, ChatSession, ErrorEvent, TurnFinished, TurnResult, TurnTranscript, server_stats_rows, stats_rows
-from workbench.chat.events import collect
+from workbench.chat.events import ToolApprovalRequested, collect
 from workbench.chat.transcript import Answer, Thinking
 from workbench.errors import WorkbenchError
 from workbench.notebook.html import error_html, esc, pre
 
 __all__ = ["ChatView"]
 
+# How a ChatView answers an MCP tool call that waits for approval: "ask" (a prompt under
+# the cell), a fixed answer ("once", "always", "deny"), or a function of the call.
+Approver = Union[str, Callable[[ToolApprovalRequested], str]]
+
+
+def ask_in_cell(call: ToolApprovalRequested) -> str:
+    """Ask under the running cell (Jupyter's input box); no way to ask (a notebook run
+    unattended) is a denial, which the model is told."""
+    question = (f"Run the MCP tool {call.name}({call.arguments}) on {call.source}? "
+                f"[y]es once, [a]lways for {call.name}, [n]o: ")
+    try:
+        reply = input(question).strip().lower()
+    except Exception:  # EOFError, or the kernel's StdinNotImplementedError
+        print(f"{call.name}: denied, there is no one to ask (pass approve='always' to ChatView to allow it)")
+        return "deny"
+    return {"y": "once", "yes": "once", "a": "always", "always": "always"}.get(reply, "deny")
+
 
 class ChatView:
     """One turn at a time: the reasoning, the answer and the tool calls in three columns."""
 
-    def __init__(self, title: str = "", *, redraw_every_s: float = 0.1) -> None:
+    def __init__(self, title: str = "", *, redraw_every_s: float = 0.1, approve: Approver = "ask") -> None:
         self.redraw_every_s = redraw_every_s
+        self.approve = approve
         box = W.Layout(width="33%", border="1px solid #dee2e6", padding="4px", min_height="6em")
         self.title = W.HTML(f"<b>{esc(title)}</b>" if title else "")
         self.reasoning = W.HTML(layout=box)
@@ -49,9 +68,17 @@ class ChatView:
         for event in session.stream(text):
             events.append(event)
             self.add(event)
+            if isinstance(event, ToolApprovalRequested):
+                self._draw()
+                session.approvals.answer(event.call_id, self._decide(event))
         self.transcript.finish()
         self._draw()
         return collect(events)
+
+    def _decide(self, call: ToolApprovalRequested) -> str:
+        if callable(self.approve):
+            return self.approve(call)
+        return ask_in_cell(call) if self.approve == "ask" else self.approve
 
     def add(self, event: ChatEvent) -> None:
         """Take one event; redraws at most every `redraw_every_s` (always on the last)."""
@@ -78,6 +105,10 @@ class ChatView:
             result = (f"<span style='color: #b02a37'>error: {esc(c.error)}</span>" if c.error
                       else esc(c.content) if c.content else "<i>running…</i>")
             took = f" ({c.seconds * 1000:.0f} ms)" if c.seconds is not None else ""
+            if c.source:
+                took += f" <small>MCP {esc(c.source)}{' · ' + esc(c.approval) if c.approval else ''}</small>"
+            if c.status == "awaiting_approval":
+                result = "<i>waiting for your approval…</i>"
             calls.append(f"<div><small>step {c.step}</small> <code>{esc(c.call_text())}</code>"
                          f"<br>→ <code>{result}</code>{took}</div>")
         self.tools.value = "<b>Tool calls</b>" + ("".join(calls) or "<br><i style='color: #adb5bd'>(none)</i>")

@@ -16,7 +16,8 @@ from workbench.chat.transcript import Answer, ErrorPart, NoticePart, Part, Think
 
 __all__ = ["error_message", "stats_markdown", "tools_text", "turn_messages"]
 
-_TOOL_LOG = {"pending": "calling…", "running": "running…", "done": "done", "error": "error", "not_run": "not run"}
+_TOOL_LOG = {"pending": "calling…", "awaiting_approval": "waiting for your approval", "running": "running…",
+             "done": "done", "error": "error", "not_run": "not run"}
 
 
 def _json(value: Any) -> str:
@@ -48,10 +49,14 @@ def _part_message(part: Part) -> dict:
             content = "**Arguments**\n```json\n" + _json(part.arguments) + "\n```"
             if part.parse_error:
                 content += f"\n⚠ arguments did not parse: {part.parse_error}"
+        if part.source:
+            content += f"\n**MCP server** `{part.source}`" + (f" · {part.approval}" if part.approval else "")
+        if part.status == "awaiting_approval":
+            content += "\n🔐 **Waiting for your approval**: Approve once, Always for this tool, or Deny."
         if part.status in ("done", "error"):
             outcome = f"⚠ error: {part.error}" if part.error else _json(part.result)
             content += "\n**Result**\n```\n" + outcome + "\n```"
-        meta = {"status": "pending" if part.status in ("pending", "running") else "done",
+        meta = {"status": "pending" if part.status in ("pending", "running", "awaiting_approval") else "done",
                 "id": f"tool-{part.step}-{part.index}", "log": _TOOL_LOG[part.status]}
         if part.seconds is not None:
             meta["duration"] = round(part.seconds, 3)

@@ -13,6 +13,7 @@ import gradio as gr
 from workbench.chat import ChatOptions, ChatSession, Conversation, TurnFinished, TurnTranscript
 from workbench.chat.tools import builtin_tools
 from workbench.errors import WorkbenchError
+from workbench.ui.chat_mcp import McpPanel, attach_mcp, create_mcp_panel, wire_mcp_panel, with_mcp
 from workbench.ui.chat_render import error_message, stats_markdown, tools_text, turn_messages
 from workbench.ui.exports import EXPORTS
 
@@ -42,6 +43,7 @@ class ChatTab:
     options: list
     saved: gr.BrowserState
     session: gr.State
+    mcp: McpPanel | None = None
 
 
 def _options(reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps):
@@ -103,9 +105,10 @@ def browser_state() -> gr.BrowserState:
 
 
 def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, request_hook=None,
-              sampling: dict | None = None, saved: gr.BrowserState | None = None) -> ChatTab:
+              sampling: dict | None = None, saved: gr.BrowserState | None = None, mcp_add: bool = True) -> ChatTab:
     """`resolve_server()` returns the base URL to chat with, or raises WorkbenchError saying why none.
-    `saved`: the page's `browser_state()`, made outside the tabs (one is made here if not)."""
+    `saved`: the page's `browser_state()`, made outside the tabs (one is made here if not).
+    `mcp_add`: whether this page may add MCP servers (not an attendee's: the presenter's only)."""
     sampling = {"temperature": 1.0, "top_p": 0.95, **(sampling or {})}
     saved = saved if saved is not None else browser_state()
     session = gr.State(None)
@@ -116,6 +119,7 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
                                  group_consecutive_messages=False)
             message = gr.Textbox(placeholder="Ask something… (Enter to send)", show_label=False,
                                  elem_id="chat-input", lines=1)
+            mcp = create_mcp_panel(allow_add=mcp_add)
             with gr.Row():
                 send = gr.Button("Send", variant="primary", elem_id="chat-send")
                 stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
@@ -143,8 +147,10 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
             answer_panel = gr.Markdown(label="Answer", elem_id="answer-panel")
     options = [reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps]
     tab = ChatTab(chatbot, message, send, stop, regenerate, clear, export, reasoning_panel,
-                  tools_panel, answer_panel, stats_panel, server_note, options, saved, session)
+                  tools_panel, answer_panel, stats_panel, server_note, options, saved, session, mcp)
     _wire(tab, resolve_server, request_hook)
+    if mcp is not None:
+        wire_mcp_panel(mcp, session, saved)
     return tab
 
 
@@ -189,13 +195,22 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
         yield (display, transcript.reasoning_text(), tools_text(transcript), transcript.answer_text(),
                stats_markdown(transcript), saved, session, "")
 
-    def send_fn(text, history, saved, session, *opts):
-        yield from run_turn(text, history, saved, session, *opts)
+    def mcp_turn(text, history, saved, session, connections, *opts, regenerate=False):
+        try:  # the session exists from here on: it offers the MCP servers' tools
+            session = _session_for(session, resolve_server(), saved, _options(*opts), request_hook)
+            attach_mcp(session, connections, saved)
+        except WorkbenchError:
+            pass  # run_turn says why
+        yield from with_mcp(run_turn(text, history, saved, session, *opts, regenerate=regenerate), saved, connections)
 
-    def regenerate_fn(history, saved, session, *opts):
-        yield from run_turn("", history, saved, session, *opts, regenerate=True)
+    def send_fn(text, history, saved, session, connections, *opts):
+        yield from mcp_turn(text, history, saved, session, connections, *opts)
 
-    inputs = [tab.message, tab.chatbot, tab.saved, tab.session, *tab.options]
+    def regenerate_fn(history, saved, session, connections, *opts):
+        yield from mcp_turn("", history, saved, session, connections, *opts, regenerate=True)
+
+    outputs = [*outputs, tab.mcp.approval_note]
+    inputs = [tab.message, tab.chatbot, tab.saved, tab.session, tab.mcp.connections, *tab.options]
     # A workshop has many people chatting at once: don't serialise them behind
     # Gradio's default concurrency limit of 1.
     # The export button always holds the conversation as it stands, so one click downloads it.
@@ -205,7 +220,7 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
     tab.regenerate.click(regenerate_fn, inputs[1:], outputs, concurrency_limit=32, concurrency_id="chat").then(
         _export, [tab.saved, tab.session], tab.export, show_progress="hidden")
     tab.stop.click(_stop, tab.session, None, queue=False)
-    tab.clear.click(_clear, tab.session, outputs[:-1]).then(
+    tab.clear.click(_clear, tab.session, outputs[:-2]).then(
         _export, [tab.saved, tab.session], tab.export, show_progress="hidden")
 
 

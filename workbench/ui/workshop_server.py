@@ -36,10 +36,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from workbench.errors import RoomError  # noqa: E402
 from workbench.recipes import load_catalog, recipe_for_hardware  # noqa: E402
 from workbench.server.hardware import detect  # noqa: E402
-from workbench.ui import attendee_app, room_tab  # noqa: E402
+from workbench.ui import attendee_app, room_mcp, room_tab  # noqa: E402
 from workbench.ui.guards import AttendeeGuard, HostCheck, LoginThrottle, allowed_hosts  # noqa: E402
 from workbench.ui.app import VISIBILITY_JS, AppParts, WorkbenchApp, build_app  # noqa: E402
 from workbench.workshop import COOKIE_NAME, Room, RoomChat, RoomLimits, SignIn, WorkshopSettings  # noqa: E402
+from workbench.workshop.room_tools import RoomTools  # noqa: E402
 
 __all__ = ["WorkshopApp", "build_workshop", "serve_workshop", "server_config", "tune_queue"]
 
@@ -134,9 +135,12 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
                    chat_request_hook: Any = None) -> WorkshopApp:
     room = Room(limits)
     signin = SignIn(settings.room_code)
+    room_tools = RoomTools()  # the MCP servers the presenter shares; attendees add none
+
     def room_builder(parts: AppParts) -> gr.Timer:
         poller = parts.poller
         tab = room_tab.create_ui(room, poller.tick, lambda: poller.error, parts.plan, parts.slot.ready_server)
+        room_mcp.create_ui(room_tools)
         return tab.timer
 
     presenter = build_app(state_dir=state_dir, default_hardware=default_hardware,
@@ -144,7 +148,7 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
     catalog = load_catalog()
     recipe = recipe_for_hardware(catalog, default_hardware or detect())[0]
     room_chat = RoomChat(room, presenter.slot.ready_server, sampling=recipe.workbench.get("chat_defaults"),
-                         request_hook=chat_request_hook)
+                         request_hook=chat_request_hook, room_tools=room_tools)
     attendee = attendee_app.build_attendee_blocks(room, room_chat, presenter.poller.tick)
     _warm_imports()
     tune_queue(attendee, max_running=MAX_RUNNING_EVENTS, max_size=MAX_QUEUED)

@@ -20,6 +20,7 @@ from workbench.chat.options import RequestHook
 from workbench.chat.tools import builtin_tools
 from workbench.errors import RoomError, WorkbenchError
 from workbench.workshop.room import Room
+from workbench.workshop.room_tools import RoomTools
 
 __all__ = ["AttendeeChat", "AttendeeOptions", "RoomChat", "ServerResolver", "conversation_chars", "public_text"]
 
@@ -79,8 +80,9 @@ class RoomChat:
     """Runs attendees' turns against the server `resolve_server` names, within the room's limits."""
 
     def __init__(self, room: Room, resolve_server: ServerResolver, *, sampling: dict[str, Any] | None = None,
-                 request_hook: RequestHook | None = None) -> None:
+                 request_hook: RequestHook | None = None, room_tools: RoomTools | None = None) -> None:
         self.room = room
+        self.room_tools = room_tools  # the MCP tools the presenter shared (attendees add none)
         self.resolve_server = resolve_server
         self.sampling = {"temperature": 1.0, "top_p": 0.95, **(sampling or {})}
         self.request_hook = request_hook
@@ -132,14 +134,15 @@ class RoomChat:
 
     def _session(self, chat: AttendeeChat, base_url: str, options: ChatOptions) -> ChatSession:
         session = chat.session
-        if session is not None and session.base_url == base_url.rstrip("/"):
-            session.options = options
-            return session
-        # A new server (the presenter relaunched): the conversation carries over.
-        chat.session = ChatSession(base_url, options=options, tools=builtin_tools(),
-                                   conversation=chat.conversation(), request_hook=self.request_hook,
-                                   http_client=self._http_client())
-        return chat.session
+        if session is None or session.base_url != base_url.rstrip("/"):
+            # A new server (the presenter relaunched): the conversation carries over.
+            session = chat.session = ChatSession(base_url, options=options, tools=builtin_tools(),
+                                                 conversation=chat.conversation(), request_hook=self.request_hook,
+                                                 http_client=self._http_client())
+        session.options = options
+        if self.room_tools is not None:
+            self.room_tools.apply(session)
+        return session
 
     @staticmethod
     def forget(chat: AttendeeChat) -> None:

@@ -10,6 +10,7 @@ bounded in size, and what goes back to the model is always valid JSON.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import json
 import math
@@ -97,6 +98,11 @@ class ToolRegistry:
     def unregister(self, name: str) -> None:
         self._tools.pop(name, None)
 
+    def unregister_source(self, source: str) -> None:
+        """Remove every tool an MCP server (named by its label) added."""
+        for name in [n for n, t in self._tools.items() if t.source == source]:
+            del self._tools[name]
+
     def names(self) -> list[str]:
         return list(self._tools)
 
@@ -127,6 +133,8 @@ class ToolRegistry:
             return tool, {}, "The arguments cannot be read as JSON."
         if size > MAX_ARGUMENT_CHARS:
             return tool, {}, f"The arguments are {size} characters of JSON; the limit is {MAX_ARGUMENT_CHARS}."
+        if tool.call_remote is not None:
+            return tool, args, None  # its server checks the arguments against its own schema
         try:
             inspect.signature(tool.function).bind(**arguments)
         except TypeError as exc:
@@ -148,12 +156,31 @@ class ToolRegistry:
             return ToolOutcome(name, args, error=outcome.error, seconds=seconds)
         return ToolOutcome(name, args, result=outcome.result, seconds=seconds)
 
+    def _remote_outcome(self, name: str, args: dict[str, Any], future: concurrent.futures.Future[Any],
+                        started: float) -> ToolOutcome:
+        seconds = time.monotonic() - started
+        try:
+            return ToolOutcome(name, args, result=future.result(0), seconds=seconds)
+        except BaseException as exc:  # the server's failure is the model's news
+            return ToolOutcome(name, args, error=error_text(exc), seconds=seconds)
+
     async def arun(self, name: str, arguments: Any) -> ToolOutcome:
-        """Call a tool without blocking the event loop; never raises for tool failures."""
+        """Call a tool without blocking the event loop; never raises for tool failures.
+        Cancelling the awaiting task cancels a remote (MCP) call on its server."""
         started = time.monotonic()
         tool, args, problem = self._prepare(name, arguments)
         if problem or tool is None:
             return ToolOutcome(name, args, error=problem, seconds=time.monotonic() - started)
+        if tool.call_remote is not None:
+            future = tool.call_remote(args, tool.timeout_s or self.timeout_s)
+            try:
+                await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                future.cancel()
+                raise
+            except BaseException:  # read back from the future below
+                pass
+            return self._remote_outcome(name, args, future, started)
         # The waiting thread only sits in select(); the worker is killed at the deadline.
         return await asyncio.to_thread(self._call, tool, name, args, started)
 
@@ -163,4 +190,8 @@ class ToolRegistry:
         tool, args, problem = self._prepare(name, arguments)
         if problem or tool is None:
             return ToolOutcome(name, args, error=problem, seconds=time.monotonic() - started)
+        if tool.call_remote is not None:
+            future = tool.call_remote(args, tool.timeout_s or self.timeout_s)
+            concurrent.futures.wait([future])
+            return self._remote_outcome(name, args, future, started)
         return self._call(tool, name, args, started)

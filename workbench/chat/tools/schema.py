@@ -7,6 +7,7 @@ section -> parameter descriptions) into the OpenAI `tools` schema.
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import re
 import types
@@ -99,6 +100,11 @@ class Tool:
     parameters: dict[str, Any]
     function: Callable[..., Any] = field(repr=False, compare=False)
     timeout_s: float | None = None
+    # Where the tool runs: None for a local function (a worker process), else the MCP
+    # server's label; `call_remote(arguments, timeout_s)` then starts the call there.
+    source: str | None = None
+    call_remote: Callable[[dict[str, Any], float], concurrent.futures.Future[Any]] | None = field(
+        default=None, repr=False, compare=False)
 
     def to_openai(self) -> dict[str, Any]:
         """The entry for the request's `tools` list."""
@@ -112,7 +118,7 @@ class Tool:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.to_openai()["function"], "timeout_s": self.timeout_s}
+        return {**self.to_openai()["function"], "timeout_s": self.timeout_s, "source": self.source}
 
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
