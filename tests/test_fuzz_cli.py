@@ -9,7 +9,8 @@ exception escaping `main`, or a traceback printed, fails it.
 Where a command would start something long-lived (a vLLM server, the web UI,
 the workshop, JupyterLab), that one call is replaced by a recorder: the input
 got past every check, which is an outcome, not a failure. Nothing else is
-replaced: URLs are really parsed and connected to (loopback, closed ports),
+replaced: URLs are really parsed and connected to (loopback, closed ports; any other
+host is refused at name resolution, so no traffic leaves the machine),
 files really read, state records really scanned.
 """
 
@@ -18,9 +19,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -148,6 +151,19 @@ def run_cli(argv: list[str]) -> tuple[int | str, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def _loopback_only(getaddrinfo):
+    """getaddrinfo that answers loopback addresses only; any other host fails as an unknown name would."""
+
+    def resolve(host, *args, **kwargs):
+        answers = [a for a in getaddrinfo(host, *args, **kwargs)
+                   if (ip := ipaddress.ip_address(a[4][0].split("%")[0])).is_loopback or ip.is_unspecified]
+        if not answers:
+            raise socket.gaierror(socket.EAI_NONAME, f"{host}: not a loopback address (refused by the test)")
+        return answers
+
+    return resolve
+
+
 @pytest.fixture
 def contained(monkeypatch, tmp_path):
     """Nothing long-lived starts, nothing is downloaded, no signal handler is installed."""
@@ -164,6 +180,8 @@ def contained(monkeypatch, tmp_path):
     monkeypatch.delenv("WORKBENCH_ROOM_CODE", raising=False)
     monkeypatch.delenv("WORKBENCH_PRESENTER_AUTH", raising=False)
     monkeypatch.chdir(tmp_path)
+    # Hostile URLs name any host ("3" is 0.0.0.3): only loopback is ever connected to.
+    monkeypatch.setattr(socket, "getaddrinfo", _loopback_only(socket.getaddrinfo))
     monkeypatch.setattr(workbench.server, "launch", _started)
     monkeypatch.setattr(workbench.server.cluster, "launch_cluster", _started)
     monkeypatch.setattr(workbench.ui.app, "serve_app", _started)
