@@ -211,8 +211,18 @@ FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                                        HealthCheck.filter_too_much, HealthCheck.data_too_large])
 
 
+@pytest.fixture(scope="module")
+def vllm_flags_read():
+    """vLLM's own option table, read once (`vllm serve --help=all` takes 10-40 s here) before the
+    timed cases: an experiment with a speculative configuration asks it whether vLLM has
+    --per-request-spec-decode-metrics, and later calls read it from the cache."""
+    from workbench.server.page_flags import vllm_flag_table
+
+    return vllm_flag_table(run=True)
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_every_subcommand_survives_hostile_options(command, contained, hostile_files):
+def test_every_subcommand_survives_hostile_options(command, contained, hostile_files, vllm_flags_read):
     outcomes: dict[str, int] = {}
 
     @FUZZ
