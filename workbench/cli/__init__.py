@@ -39,13 +39,26 @@ def build_parser(only: tuple[str, ...] = COMMAND_MODULE_NAMES) -> argparse.Argum
     return parser
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to sys.stderr as it is at each record, not as it was at the first command:
+    a caller that swaps stderr (a test, a notebook) closes the old stream."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: D401
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def _show_library_log() -> None:
     """The library logs to the `workbench` loggers; the command line shows warnings (or the level
     in $WORKBENCH_LOG, e.g. INFO for every phase and stop) on stderr, once per process."""
     logger = logging.getLogger("workbench")
     if logger.handlers:
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CurrentStderr()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     level = os.environ.get("WORKBENCH_LOG", "WARNING").upper()
