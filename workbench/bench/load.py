@@ -19,7 +19,7 @@ import aiohttp
 from workbench.bench.client import CONNECT_FAILED, stream_request
 from workbench.bench.records import RequestRecord
 
-__all__ = ["LoadOutcome", "send_load"]
+__all__ = ["LoadOutcome", "run_until_done", "send_load"]
 
 # index -> (request JSON, target input tokens); built before the request's clock starts.
 PayloadFactory = Callable[[int], Awaitable[tuple[bytes, int | None]]]
@@ -30,6 +30,27 @@ class LoadOutcome:
     records: list[RequestRecord]  # finished requests, by index
     stopped: str | None  # why the load ended early; None when it ran to its end
     in_flight_dropped: int = 0  # requests cut off by the stop (not in `records`)
+
+
+async def run_until_done(start: Callable[[list[asyncio.Task[None]]], Awaitable[None]], stopped: list[str]) -> None:
+    """Await `start` (it adds the load's tasks to the list) and then every task.
+
+    Ctrl-C cancels this task: it is taken as a stop, not an error ("interrupted" goes
+    into `stopped`), the unfinished requests are cancelled and what finished stays."""
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await start(tasks)
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()  # handled here: the finished records are the result
+        stopped.append("interrupted (Ctrl-C)")
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def send_load(
@@ -71,15 +92,14 @@ async def send_load(
         records.append(record)
         on_record(record)
 
-    tasks: list[asyncio.Task[None]] = []
-    try:
+    async def start(tasks: list[asyncio.Task[None]]) -> None:
         if rate is None:
 
             async def user() -> None:
                 while (index := take()) is not None:
                     await one(index)
 
-            tasks = [asyncio.create_task(user()) for _ in range(concurrency)]
+            tasks.extend(asyncio.create_task(user()) for _ in range(concurrency))
         else:
             rng = random.Random(seed)
             gate = asyncio.Semaphore(concurrency)
@@ -96,17 +116,8 @@ async def send_load(
                 await gate.acquire()
                 tasks.append(asyncio.create_task(gated(index)))
                 next_at += rng.expovariate(rate)
-        await asyncio.gather(*tasks)
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None:
-            current.uncancel()  # handled here: the finished records are the result
-        stopped.append("interrupted (Ctrl-C)")
-    finally:
-        pending = [t for t in tasks if not t.done()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+
+    await run_until_done(start, stopped)
     records.sort(key=lambda r: r.index)
     dropped = max(0, next_index - first_index - len(records))
     return LoadOutcome(records, stopped[0] if stopped else None, dropped)

@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -44,6 +43,7 @@ from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions, s
 from workbench.bench.summary import summarize
 from workbench.errors import WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
+from workbench.syncbridge import run_sync
 from workbench.telemetry import GpuPoller
 
 __all__ = ["request_body", "run_benchmark", "run_benchmark_async", "run_sweep"]
@@ -344,33 +344,6 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def _run_loop(coro_factory: Callable[[], Any]) -> Any:
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(coro_factory())
-
-
-def _run_sync(coro_factory: Callable[[], Any]) -> Any:
-    """A fresh event loop, or one in a worker thread when a loop already runs (Jupyter)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return _run_loop(coro_factory)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = _run_loop(coro_factory)
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="workbench-bench")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 def run_benchmark(config: BenchConfig, progress: ProgressCallback | None = None,
                   should_stop: StopCheck | None = None,
                   on_warning: Callable[[str], None] | None = None) -> BenchResult:
@@ -381,8 +354,8 @@ def run_benchmark(config: BenchConfig, progress: ProgressCallback | None = None,
     load starts, what would stop a session workload's prefix cache from hitting (also
     kept in the result's notes).
     """
-    return _run_sync(lambda: run_benchmark_async(config, progress, should_stop,  # type: ignore[no-any-return]
-                                                 on_warning))
+    return run_sync(lambda: run_benchmark_async(config, progress, should_stop, on_warning),
+                    loop_factory=_loop_factory(), thread_name="workbench-bench")
 
 
 def run_sweep(

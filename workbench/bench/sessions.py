@@ -29,7 +29,7 @@ import aiohttp
 
 from workbench.bench.client import CONNECT_FAILED, stream_request
 from workbench.bench.config import BenchConfig, chat_body
-from workbench.bench.load import LoadOutcome
+from workbench.bench.load import LoadOutcome, run_until_done
 from workbench.bench.prompts import WORDS, Prompt
 from workbench.bench.records import RequestRecord
 from workbench.errors import WorkbenchError
@@ -228,19 +228,10 @@ async def run_sessions(
             history = [*messages, {"role": "assistant", "content": "".join(answer)}]
             previous = record
 
-    tasks = [asyncio.create_task(one_session(plan)) for plan in plans]
-    try:
-        await asyncio.gather(*tasks)
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None:
-            current.uncancel()  # handled here: the finished records are the result
-        stopped.append("interrupted (Ctrl-C)")
-    finally:
-        pending = [t for t in tasks if not t.done()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+    async def start(tasks: list[asyncio.Task[None]]) -> None:
+        tasks.extend(asyncio.create_task(one_session(plan)) for plan in plans)
+
+    await run_until_done(start, stopped)
     records.sort(key=lambda r: (r.session or 0, r.turn or 0))
     dropped = max(0, sent[0] - len(records))
     return LoadOutcome(records, stopped[0] if stopped else None, dropped)

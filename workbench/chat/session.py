@@ -13,7 +13,6 @@ stream, which makes vLLM abort the request.
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
@@ -39,6 +38,7 @@ from workbench.chat.server_metrics import TurnServerFigures
 from workbench.chat.tool_runner import ToolRunner
 from workbench.chat.tools import ToolRegistry
 from workbench.errors import WorkbenchError
+from workbench.syncbridge import iterate_sync
 from workbench.urls import normalize_base_url
 
 __all__ = ["ChatSession"]
@@ -184,16 +184,9 @@ class ChatSession:
             self._turns += 1
 
     def stream(self, user_text: str | None) -> Iterator[ChatEvent]:
-        """`astream` for synchronous callers: runs it on a private event loop.
-
-        Where this thread already runs a loop (a Jupyter kernel), the private
-        loop cannot run here, so it runs on a worker thread instead."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            yield from self._stream_here(user_text)
-            return
-        yield from self._stream_on_worker(user_text)
+        """`astream` for synchronous callers (workbench.syncbridge: a private event loop,
+        on a worker thread where this thread already runs one, as in a Jupyter kernel)."""
+        yield from iterate_sync(lambda: self.astream(user_text), thread_name="chat-stream")
 
     def send(self, user_text: str | None) -> TurnResult:
         """Run a whole turn and return what it produced."""
@@ -201,55 +194,6 @@ class ChatSession:
 
     async def asend(self, user_text: str | None) -> TurnResult:
         return collect([event async for event in self.astream(user_text)])
-
-    # -- driving the async core from sync code
-
-    def _stream_on_worker(self, user_text: str | None) -> Iterator[ChatEvent]:
-        events: queue.Queue[Any] = queue.Queue()
-        done = object()
-
-        def pump() -> None:
-            try:
-                for event in self._stream_here(user_text):
-                    events.put(event)
-            except BaseException as exc:  # handed to the caller's thread below
-                events.put(exc)
-            finally:
-                events.put(done)
-
-        threading.Thread(target=pump, name="chat-stream", daemon=True).start()
-        while (item := events.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def _stream_here(self, user_text: str | None) -> Iterator[ChatEvent]:
-        loop = asyncio.new_event_loop()
-        agen = self.astream(user_text)
-        try:
-            while True:
-                try:
-                    event = loop.run_until_complete(agen.__anext__())
-                except StopAsyncIteration:
-                    break
-                yield event
-        finally:
-            def close() -> None:
-                loop.run_until_complete(agen.aclose())  # ends the HTTP stream: the server stops generating
-                loop.close()
-
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                close()
-            else:
-                # Closed from a thread that runs a loop (Gradio closing a turn whose
-                # browser went away): the private loop cannot run here.
-                closer = threading.Thread(target=close, name="chat-stream-close", daemon=True)
-                closer.start()
-                closer.join(10)
-
-    # -- requests
 
     def _make_client(self) -> Any:
         from openai import AsyncOpenAI

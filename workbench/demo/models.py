@@ -269,26 +269,39 @@ VALUE
 """.strip()
 
 
-def build_forcing_model(
-    dest: Path | None = None, *, force: bool = False, progress: Progress = _print
+def build_tiny_random_model(
+    name: str,
+    chat_template: str,
+    *,
+    architecture: str = "llama",
+    description: str = "random weights, SmolLM2 tokenizer",
+    dest: Path | None = None,
+    force: bool = False,
+    progress: Progress = _print,
 ) -> BuiltModel:
-    """Build the tiny random-weight model whose reasoning and tool calls are forced."""
+    """Build a two-layer random-weight model with SmolLM2's tokenizer plus the forcing
+    special tokens, once, into the cache folder (about 10 s). `architecture` is "llama"
+    (LlamaForCausalLM) or "qwen3" (Qwen3ForCausalLM): the class vLLM loads it as."""
+    if architecture not in _TINY_ARCHITECTURES:
+        raise WorkbenchError(f"No tiny {architecture!r} model can be built.",
+                             hint=f"Use one of: {', '.join(_TINY_ARCHITECTURES)}.")
     started = time.monotonic()
-    dest = Path(dest) if dest else cache_dir() / FORCING_MODEL_NAME
+    dest = Path(dest) if dest else cache_dir() / name
     marker = _read_marker(dest)
-    if not force and marker and marker.get("build_version") == BUILD_VERSION:
-        return BuiltModel(FORCING_MODEL_NAME, dest, FORCING_MODEL_NAME, False, 0.0)
+    if not force and marker and marker.get("build_version") == BUILD_VERSION and marker.get("model_id") == name:
+        return BuiltModel(name, dest, name, False, 0.0)
 
     torch, transformers = _import_transformers()
+    config_class, model_class = (getattr(transformers, n) for n in _TINY_ARCHITECTURES[architecture])
     gguf = find_gguf()
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    progress("Building the tiny forcing model (random weights, SmolLM2 tokenizer)")
+    progress(f"Building the tiny model {name} ({model_class.__name__}, {description})")
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tokenizer.add_special_tokens({"additional_special_tokens": list(FORCING_SPECIAL_TOKENS)})
-    tokenizer.chat_template = FORCING_CHAT_TEMPLATE
-    config = transformers.LlamaConfig(
+    tokenizer.chat_template = chat_template
+    config = config_class(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -303,26 +316,35 @@ def build_forcing_model(
         torch_dtype="float32",
     )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
+    model = model_class(config)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    (tmp / MARKER).write_text(
-        json.dumps(
-            {
-                "build_version": BUILD_VERSION,
-                "model_id": FORCING_MODEL_NAME,
-                "special_token_ids": {
-                    t: tokenizer.convert_tokens_to_ids(t) for t in FORCING_SPECIAL_TOKENS
-                },
-            },
-            indent=2,
-        )
-    )
+    (tmp / MARKER).write_text(json.dumps({
+        "build_version": BUILD_VERSION,
+        "model_id": name,
+        "architecture": model_class.__name__,
+        "special_token_ids": {t: tokenizer.convert_tokens_to_ids(t) for t in FORCING_SPECIAL_TOKENS},
+    }, indent=2))
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     seconds = time.monotonic() - started
-    progress(f"Forcing model ready in {seconds:.0f} s: {dest}")
-    return BuiltModel(FORCING_MODEL_NAME, dest, FORCING_MODEL_NAME, True, seconds)
+    progress(f"{name} ready in {seconds:.0f} s: {dest}")
+    return BuiltModel(name, dest, name, True, seconds)
+
+
+# architecture -> (config class, model class) in transformers
+_TINY_ARCHITECTURES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
+
+
+def build_forcing_model(
+    dest: Path | None = None, *, force: bool = False, progress: Progress = _print
+) -> BuiltModel:
+    """Build the tiny random-weight model whose reasoning and tool calls are forced."""
+    return build_tiny_random_model(FORCING_MODEL_NAME, FORCING_CHAT_TEMPLATE, dest=dest, force=force,
+                                   progress=progress)
 
 
 def special_token_ids(model_dir: Path) -> dict[str, int]:

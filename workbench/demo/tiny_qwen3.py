@@ -14,23 +14,9 @@ parsers match them by id). Random weights say nothing useful: requests force the
 
 from __future__ import annotations
 
-import json
-import shutil
-import time
 from pathlib import Path
-from typing import Any
 
-from workbench.demo.models import (
-    BUILD_VERSION,
-    FORCING_SPECIAL_TOKENS,
-    MARKER,
-    BuiltModel,
-    Progress,
-    cache_dir,
-    find_gguf,
-    special_token_ids,
-)
-from workbench.errors import WorkbenchError
+from workbench.demo.models import BuiltModel, Progress, build_tiny_random_model
 
 __all__ = ["TINY_QWEN3_NAME", "TINY_QWEN3_SERVER_FLAGS", "TINY_QWEN3_TEMPLATE", "build_tiny_qwen3"]
 
@@ -99,66 +85,9 @@ For each function call, return a json object with function name and arguments wi
 """.strip()
 
 
-def _print(message: str) -> None:
-    print(message, flush=True)
-
-
-def _import_torch_transformers() -> tuple[Any, Any]:
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise WorkbenchError(f"Building the tiny Qwen3 needs torch and transformers ({exc}).",
-                             hint="Install the CPU engine: pip install -e '.[cpu]'") from exc
-    return torch, transformers
-
-
-def build_tiny_qwen3(dest: Path | None = None, *, force: bool = False, progress: Progress = _print) -> BuiltModel:
+def build_tiny_qwen3(dest: Path | None = None, *, force: bool = False, progress: Progress | None = None) -> BuiltModel:
     """Build the tiny Qwen3ForCausalLM once into the cache folder (about 10 s)."""
-    started = time.monotonic()
-    dest = Path(dest) if dest else cache_dir() / TINY_QWEN3_NAME
-    if not force:
-        try:
-            special_token_ids(dest)
-            if json.loads((dest / MARKER).read_text()).get("build_version") == BUILD_VERSION:
-                return BuiltModel(TINY_QWEN3_NAME, dest, TINY_QWEN3_NAME, False, 0.0)
-        except (WorkbenchError, OSError, ValueError):
-            pass
-    torch, transformers = _import_torch_transformers()
-    gguf = find_gguf()
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    progress("Building the tiny Qwen3 (Qwen3ForCausalLM, random weights, SmolLM2 tokenizer + Qwen3's tags)")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tokenizer.add_special_tokens({"additional_special_tokens": list(FORCING_SPECIAL_TOKENS)})
-    tokenizer.chat_template = TINY_QWEN3_TEMPLATE
-    config = transformers.Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        torch_dtype="float32",
-    )
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(config)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / MARKER).write_text(json.dumps({
-        "build_version": BUILD_VERSION,
-        "model_id": TINY_QWEN3_NAME,
-        "architecture": "Qwen3ForCausalLM",
-        "special_token_ids": {t: tokenizer.convert_tokens_to_ids(t) for t in FORCING_SPECIAL_TOKENS},
-    }, indent=2))
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-    seconds = time.monotonic() - started
-    progress(f"Tiny Qwen3 ready in {seconds:.0f} s: {dest}")
-    return BuiltModel(TINY_QWEN3_NAME, dest, TINY_QWEN3_NAME, True, seconds)
+    extra = {"progress": progress} if progress else {}
+    return build_tiny_random_model(TINY_QWEN3_NAME, TINY_QWEN3_TEMPLATE, architecture="qwen3",
+                                   description="random weights, SmolLM2 tokenizer + Qwen3's tags",
+                                   dest=dest, force=force, **extra)

@@ -3,9 +3,7 @@ two runs side by side."""
 
 from __future__ import annotations
 
-import queue
 import tempfile
-import threading
 from dataclasses import dataclass
 
 import gradio as gr
@@ -24,6 +22,7 @@ from workbench.bench.figures import PERCENTILE_NAMES, figure_rows, latency_rows,
 from workbench.bench.goodput import parse_goodput
 from workbench.bench.report import format_result, format_sessions
 from workbench.errors import WorkbenchError
+from workbench.ui.background import BackgroundWork
 
 
 @dataclass
@@ -173,36 +172,27 @@ def create_ui(resolve_url) -> BenchTab:
                                    think_time_s=_seconds(think_v))
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
-        events: queue.Queue = queue.Queue()
-        outcome: dict = {}
         warnings: list[str] = []
 
-        def warn(message: str) -> None:
-            warnings.append(message)
-            events.put(message)
+        def work(report):
+            def warn(message: str) -> None:
+                warnings.append(message)
+                report(message)
 
-        def work():
-            try:
-                if preset_name == "sweep":
-                    outcome["sweep"] = run_sweep(config, sweep_levels(int(max_c or 8)), progress=events.put)
-                else:
-                    outcome["result"] = run_benchmark(config, progress=events.put, on_warning=warn)
-            except WorkbenchError as exc:
-                outcome["error"] = f"{exc.message} {exc.hint or ''}"
-            except Exception as exc:  # shown in the tab; the app stays up
-                outcome["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                events.put(None)
+            if preset_name == "sweep":
+                return run_sweep(config, sweep_levels(int(max_c or 8)), progress=report)
+            return run_benchmark(config, progress=report, on_warning=warn)
 
-        threading.Thread(target=work, daemon=True).start()
+        background = BackgroundWork(work)
         skip = gr.skip
-        while (p := events.get()) is not None:
+        for p in background:
             text = f"⚠️ **Warning before the run:** {p}" if isinstance(p, str) else _progress_text(p)
             yield text, skip(), skip(), skip(), skip(), skip(), skip(), history
-        if "error" in outcome:
-            yield f"❌ **Benchmark failed:** {outcome['error']}", skip(), skip(), skip(), skip(), skip(), skip(), history
+        if background.error is not None:
+            yield f"❌ **Benchmark failed:** {background.error}", skip(), skip(), skip(), skip(), skip(), skip(), history
             return
-        levels = outcome["sweep"].levels if "sweep" in outcome else [outcome["result"]]
+        sweep = background.result if preset_name == "sweep" else None
+        levels = sweep.levels if sweep is not None else [background.result]
         last = levels[-1]
         text = "\n\n".join(format_result(r) for r in levels)
         history = [*history, last][-2:]
@@ -211,7 +201,7 @@ def create_ui(resolve_url) -> BenchTab:
             rows = [[r["metric"], r["unit"], r["a"], r["b"], None if r["change_pct"] is None else round(r["change_pct"], 1)]
                     for r in compare_results(history[0], history[1])]
         path = tempfile.mkdtemp(prefix="bench-")
-        files = outcome["sweep"].save(path) if "sweep" in outcome else last.save(path)
+        files = sweep.save(path) if sweep is not None else last.save(path)
         partial = next((r.partial for r in levels if r.partial is not None), None)
         bound = [str(r.config.concurrency) for r in levels if r.client_bound]
         status = "✅ **Done.**" if partial is None else f"⚠️ **Partial result:** {partial}"

@@ -10,7 +10,6 @@ and starts nothing.
 from __future__ import annotations
 
 import datetime as dt
-import queue
 import tempfile
 import threading
 from pathlib import Path
@@ -30,6 +29,7 @@ from workbench.experiment.analysis import WINNER_METRICS
 from workbench.experiment.charts import lines_svg
 from workbench.bench.goodput import parse_goodput
 from workbench.errors import InputError, WorkbenchError
+from workbench.ui.background import BackgroundWork
 from workbench.recipes import Selection
 
 MAX_CONCURRENCY = 4096
@@ -146,33 +146,20 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         folder = Path(tempfile.mkdtemp(prefix=f"experiment-{dt.datetime.now():%Y%m%d-%H%M%S}-"))
         plan = "\n\n".join(plan_lines(experiment))
-        events: queue.Queue = queue.Queue()
-        outcome: dict = {}
         stop_flag.clear()
-
-        def work():
-            try:
-                outcome["result"] = run_experiment(experiment, folder, catalog, progress=events.put,
-                                                   should_stop=stop_flag.is_set, state_dir=state_dir)
-            except WorkbenchError as exc:
-                outcome["error"] = f"{exc.message} {exc.hint or ''}"
-            except Exception as exc:  # shown in the tab; the app stays up
-                outcome["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                events.put(None)
-
-        threading.Thread(target=work, daemon=True).start()
+        work = BackgroundWork(lambda report: run_experiment(experiment, folder, catalog, progress=report,
+                                                            should_stop=stop_flag.is_set, state_dir=state_dir))
         yield plan, gr.skip(), gr.skip(), gr.skip(), gr.DownloadButton(visible=False)
-        while (p := events.get()) is not None:
+        for p in work:
             bar = ""
             if p.total:
                 filled = int(20 * p.done / p.total)
                 bar = "`[" + "#" * filled + "." * (20 - filled) + "]` "
             yield f"{plan}\n\n{bar}**{p.line()}**", gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        if "error" in outcome:
-            yield f"❌ **Experiment failed:** {outcome['error']}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        if work.error is not None:
+            yield f"❌ **Experiment failed:** {work.error}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
-        result = outcome["result"]
+        result = work.result
         failed = "".join(f"\n\n⚠️ **{c.label} failed to launch:** {(c.diagnosis or {}).get('summary')}"
                          for c in result.configs if c.status == "failed")
         status = "✅ **Done.**" if result.status == "done" else f"⚠️ **Partial:** {result.partial}"
