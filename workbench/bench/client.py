@@ -27,6 +27,7 @@ import aiohttp
 from workbench.bench.records import ChunkKind, RequestRecord
 from workbench.bench.summary import ServerCounters
 from workbench.errors import MetricsError, WorkbenchError
+from workbench.server.probe import parse_model_list
 from workbench.metrics.parse import (
     GENERATION_TOKENS,
     PREFIX_CACHE_HITS,
@@ -307,22 +308,16 @@ async def fetch_model(session: aiohttp.ClientSession, base_url: str) -> tuple[st
         raise WorkbenchError(f"Could not read the model list from {base_url}/v1/models: HTTP {status}: "
                              f"{text[:200]}", hint=hint)
     try:
-        models = json.loads(text)["data"]
-        first = models[0] if models else None
-        model_id = None if first is None else first["id"]
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        models = parse_model_list(json.loads(text))
+    except ValueError as exc:
         raise WorkbenchError(
             f"Could not read the model list from {base_url}/v1/models: the answer is not an OpenAI "
             f"model list ({type(exc).__name__}: {exc}): {text[:200]!r}",
             hint=hint + " Or give the served model's name with --model.",
         ) from exc
-    if model_id is None:
+    if not models:
         raise WorkbenchError(f"{base_url} serves no model.", hint="Start the server with a model.")
-    if not isinstance(model_id, str):
-        raise WorkbenchError(f"{base_url}/v1/models names its model {model_id!r}, not a string.",
-                             hint="Give the served model's name with --model.")
-    assert first is not None  # model_id came from it
-    return model_id, _int_or_none(first.get("max_model_len"))
+    return models[0].id, models[0].max_model_len
 
 
 async def fetch_counters(session: aiohttp.ClientSession, base_url: str) -> tuple[Snapshot | None, str | None]:

@@ -38,6 +38,7 @@ from workbench.chat.server_metrics import TurnServerFigures
 from workbench.chat.tool_runner import ToolRunner
 from workbench.chat.tools import ToolRegistry
 from workbench.errors import WorkbenchError
+from workbench.server.probe import aserved_models
 from workbench.syncbridge import iterate_sync
 from workbench.urls import normalize_base_url
 
@@ -209,8 +210,8 @@ class ChatSession:
     async def _resolve_model(self, client: Any) -> str:
         if self.options.model:
             return self.options.model
-        page = await client.models.list()
-        models = [m.id for m in page.data]
+        models = [m.id for m in await aserved_models(self.base_url, api_key=self.api_key,
+                                                     timeout=self.timeout_s, client=self.http_client)]
         if not models:
             raise WorkbenchError(f"The server at {self.base_url} serves no model.",
                                  hint="Check the server's log; pass --model if it needs one.")
