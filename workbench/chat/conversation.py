@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from workbench.chat.events import TurnStats
-from workbench.errors import WorkbenchError
+from workbench.errors import InputError
 
 __all__ = ["CONVERSATION_FORMAT", "Conversation", "Message", "ToolCall"]
 
@@ -86,11 +86,11 @@ class Message:
     def from_dict(cls, data: Mapping[str, Any]) -> Message:
         """A saved message, checked field by field: a file or a browser's storage may hold anything."""
         if not isinstance(data, Mapping):
-            raise WorkbenchError(f"A saved message is a {type(data).__name__}, not an object.",
+            raise InputError(f"A saved message is a {type(data).__name__}, not an object.",
                                  hint=_SAVED_HINT)
         role = data.get("role")
         if role not in ("system", "user", "assistant", "tool"):
-            raise WorkbenchError(
+            raise InputError(
                 f"A saved message has role {role!r}.",
                 hint="Roles are system, user, assistant or tool; was the file exported by the workbench?",
             )
@@ -112,20 +112,20 @@ _SAVED_HINT = "Load a file exported by the workbench, or clear the chat and star
 def _text(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     if value is not None and not isinstance(value, str):
-        raise WorkbenchError(f"A saved message's {key} is a {type(value).__name__}, not text.", hint=_SAVED_HINT)
+        raise InputError(f"A saved message's {key} is a {type(value).__name__}, not text.", hint=_SAVED_HINT)
     return value
 
 
 def _items(data: Mapping[str, Any], key: str) -> list[Any]:
     value = data.get(key) or []
     if not isinstance(value, list):
-        raise WorkbenchError(f"A saved message's {key} is a {type(value).__name__}, not a list.", hint=_SAVED_HINT)
+        raise InputError(f"A saved message's {key} is a {type(value).__name__}, not a list.", hint=_SAVED_HINT)
     return value
 
 
 def _tool_call(data: object) -> ToolCall:
     if not (isinstance(data, Mapping) and all(isinstance(data.get(k), str) for k in ("id", "name", "arguments"))):
-        raise WorkbenchError("A saved tool call needs text id, name and arguments.", hint=_SAVED_HINT)
+        raise InputError("A saved tool call needs text id, name and arguments.", hint=_SAVED_HINT)
     return ToolCall(data["id"], data["name"], data["arguments"])
 
 
@@ -173,16 +173,16 @@ class Conversation:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Conversation:
         if not isinstance(data, Mapping):
-            raise WorkbenchError(f"A saved conversation is a {type(data).__name__}, not an object.",
+            raise InputError(f"A saved conversation is a {type(data).__name__}, not an object.",
                                  hint=f"Load a file exported by the workbench (format {CONVERSATION_FORMAT}).")
         if data.get("format") != CONVERSATION_FORMAT:
-            raise WorkbenchError(
+            raise InputError(
                 f"Not a saved conversation (format {data.get('format')!r}).",
                 hint=f"Load a file exported by the workbench (format {CONVERSATION_FORMAT}).",
             )
         messages = data.get("messages", [])
         if not isinstance(messages, list):
-            raise WorkbenchError("A saved conversation's messages are not a list.", hint=_SAVED_HINT)
+            raise InputError("A saved conversation's messages are not a list.", hint=_SAVED_HINT)
         return cls([Message.from_dict(m) for m in messages])
 
     def to_json(self) -> str:
@@ -193,6 +193,6 @@ class Conversation:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise WorkbenchError(f"The conversation file is not JSON ({exc}).") from exc
+            raise InputError(f"The conversation file is not JSON ({exc}).") from exc
         return cls.from_dict(data)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from workbench.errors import WorkbenchError
+from workbench.errors import InputError
 
 __all__ = ["BudgetMode", "ChatOptions", "RequestHook", "RequestInfo", "deep_merge"]
 
@@ -49,7 +49,7 @@ class ChatOptions:
         if self.max_tool_steps < 0:
             problems.append(f"max_tool_steps {self.max_tool_steps} must be 0 or more")
         if problems:
-            raise WorkbenchError("Invalid chat options: " + "; ".join(problems) + ".",
+            raise InputError("Invalid chat options: " + "; ".join(problems) + ".",
                                  hint="Change the values named above.")
 
     def to_dict(self) -> dict[str, Any]:
