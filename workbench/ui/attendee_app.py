@@ -20,6 +20,7 @@ import gradio as gr
 from workbench.chat import Conversation, TurnTranscript
 from workbench.errors import WorkbenchError
 from workbench.metrics import ThroughputFigures
+from workbench.ui.chat_widgets import chat_controls, turn_panels
 from workbench.ui.chat_render import stats_markdown, tools_text, turn_messages
 from workbench.ui.exports import EXPORTS, GRADIO_CACHE_CLEANUP
 from workbench.ui.throughput_tab import strip_markdown
@@ -87,27 +88,17 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
         notice = gr.Markdown(elem_id="attendee-notice")
         with gr.Row():
             with gr.Column(scale=3):
-                chatbot = gr.Chatbot(elem_id="chatbot", height=520, buttons=["copy"], label="Conversation",
-                                     group_consecutive_messages=False)
-                message = gr.Textbox(placeholder="Ask something… (Enter to send)", show_label=False,
-                                     elem_id="chat-input", lines=1)
-                with gr.Row():
-                    send = gr.Button("Send", variant="primary", elem_id="chat-send")
-                    stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
-                    clear = gr.Button("Clear", elem_id="chat-clear")
-                    export = gr.DownloadButton("Export JSON", elem_id="chat-export")
+                controls = chat_controls(520, regenerate=False)
+                chatbot, message, send, stop = controls.chatbot, controls.message, controls.send, controls.stop
+                clear, export = controls.clear, controls.export
                 with gr.Accordion("Options", open=False):
                     with gr.Row():
                         reasoning = gr.Checkbox(True, label="Reasoning (enable_thinking)")
                         tools = gr.Checkbox(False, label="Tools (needs the server's tool parser)")
                         max_tokens = gr.Number(None, precision=0, label="Max tokens (empty: the room's cap)")
             with gr.Column(scale=2):
-                stats = gr.Markdown("*No turn yet.*", elem_id="chat-stats")
-                answer = gr.Markdown(label="Answer", elem_id="answer-panel")
-                reasoning_panel = gr.Textbox(label="Reasoning trace (this turn)", lines=10, max_lines=16,
-                                             interactive=False, elem_id="reasoning-panel", autoscroll=True)
-                tools_panel = gr.Code(label="Tool-call trace (this turn)", language="json", lines=8,
-                                      interactive=False, elem_id="tools-panel")
+                panels = turn_panels(8, traces_side_by_side=False)
+                stats, answer, reasoning_panel, tools_panel = panels.stats, panels.answer, panels.reasoning, panels.tools
         broadcast = gr.Textbox(visible="hidden", elem_id="attendee-broadcast")
         timer = gr.Timer(TICK_S)
 

@@ -14,6 +14,7 @@ from workbench.chat import ChatOptions, ChatSession, Conversation, TurnFinished,
 from workbench.chat.tools import builtin_tools
 from workbench.errors import WorkbenchError
 from workbench.ui.chat_mcp import McpPanel, attach_mcp, create_mcp_panel, wire_mcp_panel, with_mcp
+from workbench.ui.chat_widgets import chat_controls, turn_panels
 from workbench.ui.chat_render import error_message, stats_markdown, tools_text, turn_messages
 from workbench.ui.exports import EXPORTS
 
@@ -115,17 +116,9 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
     with gr.Row():
         with gr.Column(scale=3):
             server_note = gr.Markdown(elem_id="chat-server-note")
-            chatbot = gr.Chatbot(elem_id="chatbot", height=560, buttons=["copy"], label="Conversation",
-                                 group_consecutive_messages=False)
-            message = gr.Textbox(placeholder="Ask something… (Enter to send)", show_label=False,
-                                 elem_id="chat-input", lines=1)
-            mcp = create_mcp_panel(allow_add=mcp_add)
-            with gr.Row():
-                send = gr.Button("Send", variant="primary", elem_id="chat-send")
-                stop = gr.Button("Stop", variant="stop", elem_id="chat-stop")
-                regenerate = gr.Button("Regenerate", elem_id="chat-regenerate")
-                clear = gr.Button("Clear", elem_id="chat-clear")
-                export = gr.DownloadButton("Export JSON", elem_id="chat-export")
+            controls = chat_controls(560, regenerate=True,
+                                     between_input_and_buttons=lambda: create_mcp_panel(allow_add=mcp_add))
+            mcp = controls.between
             with gr.Accordion("Options", open=False):
                 with gr.Row():
                     reasoning = gr.Checkbox(True, label="Reasoning (enable_thinking)")
@@ -138,16 +131,12 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
                     top_p = gr.Slider(0.05, 1, value=sampling["top_p"], step=0.05, label="Top p")
                 system_prompt = gr.Textbox(label="System prompt", lines=2)
         with gr.Column(scale=2):
-            stats_panel = gr.Markdown("*No turn yet.*", elem_id="chat-stats")
-            with gr.Row():
-                reasoning_panel = gr.Textbox(label="Reasoning trace (this turn)", lines=12, max_lines=18,
-                                             interactive=False, elem_id="reasoning-panel", autoscroll=True)
-                tools_panel = gr.Code(label="Tool-call trace (this turn)", language="json", lines=12,
-                                      interactive=False, elem_id="tools-panel")
-            answer_panel = gr.Markdown(label="Answer", elem_id="answer-panel")
+            panels = turn_panels(12, traces_side_by_side=True)
     options = [reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps]
-    tab = ChatTab(chatbot, message, send, stop, regenerate, clear, export, reasoning_panel,
-                  tools_panel, answer_panel, stats_panel, server_note, options, saved, session, mcp)
+    assert controls.regenerate is not None  # asked for above
+    tab = ChatTab(controls.chatbot, controls.message, controls.send, controls.stop, controls.regenerate,
+                  controls.clear, controls.export, panels.reasoning, panels.tools, panels.answer, panels.stats,
+                  server_note, options, saved, session, mcp)
     _wire(tab, resolve_server, request_hook)
     if mcp is not None:
         wire_mcp_panel(mcp, session, saved)
