@@ -1,4 +1,5 @@
-"""The core packages type-check under mypy --strict (the files and options are in pyproject.toml)."""
+"""The core packages type-check under mypy --strict; the views (ui, notebook, cli) with every
+function body checked and None strictly (the files and options are in pyproject.toml)."""
 
 from __future__ import annotations
 

@@ -39,11 +39,11 @@ def build_parser(only: tuple[str, ...] = COMMAND_MODULE_NAMES) -> argparse.Argum
     return parser
 
 
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _CurrentStderr(logging.StreamHandler):
     """Writes to sys.stderr as it is at each record, not as it was at the first command:
     a caller that swaps stderr (a test, a notebook) closes the old stream."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):  # noqa: D401
         return sys.stderr
 

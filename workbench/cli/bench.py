@@ -193,7 +193,7 @@ def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: Termina
     return _exit_code([r.summary.errors for r in results], partial)
 
 
-def _warn(progress: TerminalProgress | None):  # type: ignore[no-untyped-def]
+def _warn(progress: TerminalProgress | None):
     def warn(message: str) -> None:
         if progress:
             print(file=sys.stderr)  # off the progress line

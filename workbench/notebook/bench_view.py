@@ -43,8 +43,8 @@ def bench_table(result: BenchResult) -> str:
         out.append(f"<br>{esc(result.client_lag.describe())}")
     if result.gpu is not None:
         out.append(f"<br>{esc(result.gpu.describe(s.output_tokens))}")
-    if s.goodput is not None and s.goodput.good_fraction is not None:
-        g = s.goodput
+    g = s.goodput
+    if g is not None and g.good_fraction is not None:
         out.append(f"<br>goodput {_num(g.goodput_req_s, 2)} req/s ({g.good_fraction * 100:.0f} % of requests met every SLO)")
     for note in result.notes:
         out.append(f"<br><b>{esc(note)}</b>" if note.startswith("WARNING") else f"<br>{esc(note)}")

@@ -97,8 +97,8 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
                         tools = gr.Checkbox(False, label="Tools (needs the server's tool parser)")
                         max_tokens = gr.Number(None, precision=0, label="Max tokens (empty: the room's cap)")
             with gr.Column(scale=2):
-                panels = turn_panels(8, traces_side_by_side=False)
-                stats, answer, reasoning_panel, tools_panel = panels.stats, panels.answer, panels.reasoning, panels.tools
+                turn = turn_panels(8, traces_side_by_side=False)
+                stats, answer, reasoning_panel, tools_panel = turn.stats, turn.answer, turn.reasoning, turn.tools
         broadcast = gr.Textbox(visible="hidden", elem_id="attendee-broadcast")
         timer = gr.Timer(TICK_S)
 

@@ -44,7 +44,7 @@ class ChatTab:
     options: list
     saved: gr.BrowserState
     session: gr.State
-    mcp: McpPanel | None = None
+    mcp: McpPanel
 
 
 def _options(reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps):
@@ -118,7 +118,7 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
             server_note = gr.Markdown(elem_id="chat-server-note")
             controls = chat_controls(560, regenerate=True,
                                      between_input_and_buttons=lambda: create_mcp_panel(allow_add=mcp_add))
-            mcp = controls.between
+            mcp: McpPanel = controls.between
             with gr.Accordion("Options", open=False):
                 with gr.Row():
                     reasoning = gr.Checkbox(True, label="Reasoning (enable_thinking)")
@@ -138,8 +138,7 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
                   controls.clear, controls.export, panels.reasoning, panels.tools, panels.answer, panels.stats,
                   server_note, options, saved, session, mcp)
     _wire(tab, resolve_server, request_hook)
-    if mcp is not None:
-        wire_mcp_panel(mcp, session, saved)
+    wire_mcp_panel(mcp, session, saved)
     return tab
 
 
@@ -157,11 +156,12 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
             yield display + failed, "", "", "", "", saved, session, text
             return
         if regenerate:
-            text = _drop_last_turn(session.conversation)
+            last_text = _drop_last_turn(session.conversation)
             display = _drop_last_display_turn(display)
-            if text is None:
+            if last_text is None:
                 yield display, "", "", "", "*Nothing to regenerate.*", saved, session, ""
                 return
+            text = last_text
         if not (text or "").strip():
             yield display, gr.skip(), gr.skip(), gr.skip(), gr.skip(), saved, session, ""
             return

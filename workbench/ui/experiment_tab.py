@@ -13,6 +13,7 @@ import datetime as dt
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import pandas as pd
@@ -89,7 +90,8 @@ def levels_frame(result) -> pd.DataFrame:
 
 
 def curves_html(result) -> str:
-    tradeoff, per_user = {}, {}
+    tradeoff: dict[str, Any] = {}
+    per_user: dict[str, Any] = {}
     for f in sorted(result.figures(), key=lambda f: f.concurrency):
         if f.partial is not None or f.decode_per_user_tps is None:
             continue

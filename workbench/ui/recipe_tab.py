@@ -204,7 +204,8 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
     tab.plan.change(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
     planner_memory.change(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
     planner_config.submit(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
-    for comp in [hardware, variant, strategy, nodes, features, spec, preset, port, served, max_len, extra]:
+    inputs: list[Any] = [hardware, variant, strategy, nodes, features, spec, preset, port, served, max_len, extra]
+    for comp in inputs:
         event = comp.submit if isinstance(comp, gr.Textbox) else comp.change
         event(lambda *v: render_outputs(catalog, *v), tab.inputs, outputs)
     return tab

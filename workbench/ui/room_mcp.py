@@ -5,6 +5,7 @@ sharing one is the presenter's approval of its tools (workbench.workshop.room_to
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import gradio as gr
 
@@ -13,7 +14,7 @@ from workbench.workshop.room_tools import RoomTools
 
 __all__ = ["create_ui"]
 
-PRIVATE = {"api_visibility": "private"}  # runs a command on this machine: the page's buttons only
+PRIVATE: dict[str, Any] = {"api_visibility": "private"}  # runs a command on this machine: the page's buttons only
 
 
 def _listing(tools: RoomTools, problem: str = "") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
@@ -226,7 +227,7 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
 
     outputs = [status, phases, log, nodes, timer]
     # Not in the app's API (docs, gradio_client): see SERVER_CONTROLS_NOTE.
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     launch_btn.click(do_launch, [plan_state, keep], outputs, concurrency_limit=1, concurrency_id="launch", **private)
     stop_btn.click(do_stop, None, outputs, **private)
     attach_btn.click(do_attach, [attach_url, attach_key], outputs, **private)
