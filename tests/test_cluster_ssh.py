@@ -91,9 +91,10 @@ def test_ssh_gets_an_argv_list_and_one_shlex_joined_string(cluster: Cluster, fak
     words = shlex.split(first[-1])
     assert first[-1] == shlex.join(words)
     assert words[:4] == ["setsid", "--wait", "sh", "-c"] and words[5] == "workbench-node"
-    assert node.remote_argv is not None and words[6:] == node.remote_argv
-    assert node.remote_argv[0] == "env" and "--headless" in node.remote_argv
-    assert TRICKY in node.remote_argv  # one word, quotes and spaces intact
+    remote_argv = node.record.remote_argv
+    assert remote_argv is not None and words[6:] == list(remote_argv)
+    assert remote_argv[0] == "env" and "--headless" in remote_argv
+    assert TRICKY in remote_argv  # one word, quotes and spaces intact
     # The vllm the remote shell started got exactly those words.
     assert node.remote_pgid is not None
     cmdline = Path(f"/proc/{node.remote_pgid}/cmdline").read_bytes().split(b"\0")[:-1]

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 
 import pytest
 
+from workbench.server.cluster_record import (
+    CLUSTER_FILE,
+    ClusterRecord,
+    NodeRecord,
+    read_cluster_record,
+    write_cluster_record,
+)
 from workbench.server.diagnosis import Diagnosis
 from workbench.server.phases import PhaseRecord, StartupPhase, Status
 from workbench.server.process import StopStage
@@ -85,3 +93,44 @@ def test_another_process_s_stopped_record_stands_and_its_stop_stage_is_kept(tmp_
     other_run = dataclasses.replace(mine, run_id="another-start", started_at=time.time())
     save_record(tmp_path, other_run)  # a new start on the same port replaces the record whole
     assert read_record(tmp_path) == other_run
+
+
+# -- cluster.json: the workers of a multi-node deployment, beside the head's record
+
+
+def _cluster(folder) -> ClusterRecord:
+    node = NodeRecord(rank=1, host="gpu-node-2", log_path=str(folder / "node1.log"), started_at=1_700_000_001.5,
+                      via="ssh", argv=("ssh", "--", "gpu-node-2", "setsid ..."), remote_argv=("env", "vllm", "serve"),
+                      serves_http=False, port=None, pid=5151, pid_started_at=1_700_000_001.4, status=Status.FAILED,
+                      phases=(PhaseRecord(StartupPhase.STARTED, 0.0, None, "pid 5151 on gpu-node-2"),),
+                      diagnosis=Diagnosis("nccl", "NCCL could not connect", "check the interface", "line", 3, []),
+                      exit_code=1, remote_pgid=999, version="0.32.0")
+    return ClusterRecord("abc123", "10.0.0.1", "eth1", ("0", "1"), ("0",), ("a note",), "ssh", Status.FAILED,
+                         None, node.diagnosis, (node,))
+
+
+def test_a_cluster_record_survives_the_round_trip_through_cluster_json(tmp_path):
+    record = _cluster(tmp_path)
+    write_cluster_record(tmp_path, record)
+    assert read_cluster_record(tmp_path) == record
+    assert {f.name for f in dataclasses.fields(record.nodes[0])} <= set(record.nodes[0].to_dict())
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.update(nodes="node1"), "nodes is 'node1', not a list"),
+    (lambda d: d["nodes"][0].update(rank=0), "rank is 0, not a worker rank"),
+    (lambda d: d["nodes"][0].update(via="telnet"), "via is 'telnet', not one of local, ssh"),
+    (lambda d: d["nodes"][0].update(pid="5151"), "pid is '5151', not a whole number"),
+    (lambda d: d["nodes"][0].update(status="stopping?"), "status is 'stopping?'"),
+    (lambda d: d["nodes"][0].update(remote_argv="env vllm"), "remote_argv is 'env vllm', not a list of words"),
+    (lambda d: d["nodes"][0].pop("log_path"), "a node has no 'log_path'"),
+])
+def test_a_cluster_record_that_does_not_check_out_is_refused_and_logged(tmp_path, caplog, change, says):
+    data = _cluster(tmp_path).to_dict()
+    change(data)
+    with pytest.raises(BadRecord, match=re.escape(says)):
+        ClusterRecord.from_dict(data)
+    (tmp_path / CLUSTER_FILE).write_text(json.dumps(data))
+    with caplog.at_level("WARNING", logger="workbench.server"):
+        assert read_cluster_record(tmp_path) is None
+    assert says in caplog.text and "the workers are not known" in caplog.text

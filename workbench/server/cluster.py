@@ -16,6 +16,7 @@ so `python -m workbench stop` needs nothing cluster-specific.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import threading
@@ -28,6 +29,7 @@ import httpx
 
 from workbench.errors import LaunchError, MetricsError
 from workbench.metrics.parse import GENERATION_TOKENS, parse_metrics
+from workbench.server.cluster_record import CLUSTER_FILE, ClusterRecord, NodeRecord, read_cluster_record, write_cluster_record
 from workbench.server.command import PlanLike
 from workbench.server.diagnosis import Diagnosis
 from workbench.server.handle import STARTUP_TIMEOUT_S, ServerEvent, ServerProcess
@@ -41,13 +43,11 @@ from workbench.server.process import STOP_TIMEOUT_S, StopResult, StopStage, spaw
 from workbench.server.record import read_record
 from workbench.server.runtime_cluster import ClusterHead
 from workbench.server.runtime_local import LocalProcessGroup
-from workbench.server.state import read_json, write_json
 
 __all__ = ["CLUSTER_FILE", "Cluster", "NodeProcess", "adopt_head", "launch_cluster", "load_cluster", "node_rows"]
 
 log = logging.getLogger("workbench.server")
 
-CLUSTER_FILE = "cluster.json"
 POLL_S = 0.25
 _LIVE: dict[str, Cluster] = {}  # clusters supervised by this process, by the head's run_id
 
@@ -59,26 +59,20 @@ def _node_log(folder: Path, rank: int) -> Path:
 class NodeProcess:
     """One worker node: its process here (vllm, or the ssh client), log, phases, status."""
 
-    def __init__(self, record: dict[str, Any], popen: subprocess.Popen[bytes] | None = None) -> None:
-        self.rank: int = record["rank"]
-        self.host: str = record["host"]
-        self.via: str = record.get("via", "local")
-        self.argv: list[str] = record.get("argv", [])
-        self.remote_argv: list[str] | None = record.get("remote_argv")
-        self.serves_http: bool = bool(record.get("serves_http"))
-        self.port: int | None = record.get("port")
-        self.pid: int | None = record.get("pid")
-        self.pid_started_at: float | None = record.get("pid_started_at")
-        self.log_path = Path(record["log_path"])
-        self.started_at: float = record.get("started_at", time.time())
-        self.status = Status(record.get("status", Status.STARTING.value))
-        self.phases = [PhaseRecord.from_dict(p) for p in record.get("phases", [])]
-        self.diagnosis = Diagnosis.from_dict(record["diagnosis"]) if record.get("diagnosis") else None
-        self.exit_code: int | None = record.get("exit_code")
-        self.remote_pgid: int | None = record.get("remote_pgid")
-        self.version: str | None = record.get("version")
+    def __init__(self, record: NodeRecord, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.record = record  # how it was started (fixed); what changes is in the fields below
+        self.rank, self.host, self.via, self.serves_http = record.rank, record.host, record.via, record.serves_http
+        self.pid = record.pid
+        self.log_path = Path(record.log_path)
+        self.started_at = record.started_at
+        self.status = record.status
+        self.phases = [dataclasses.replace(p) for p in record.phases]  # the open phase's duration is set later
+        self.diagnosis = record.diagnosis
+        self.exit_code = record.exit_code
+        self.remote_pgid = record.remote_pgid
+        self.version = record.version
         self.stop_result: StopResult | None = None
-        self.runtime = LocalProcessGroup(self.pid, self.pid_started_at, popen)  # its process (vllm, or ssh) here
+        self.runtime = LocalProcessGroup(record.pid, record.pid_started_at, popen)  # its process (vllm, or ssh) here
         self._detector = PhaseDetector()
         self._log = LogFollower(self.log_path)
 
@@ -86,14 +80,11 @@ class NodeProcess:
     def phase(self) -> StartupPhase | None:
         return self.phases[-1].phase if self.phases else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "host": self.host, "via": self.via, "argv": self.argv,
-                "remote_argv": self.remote_argv, "serves_http": self.serves_http, "port": self.port,
-                "pid": self.pid, "pgid": self.pid, "pid_started_at": self.pid_started_at,
-                "log_path": str(self.log_path), "started_at": self.started_at, "status": self.status.value,
-                "phases": [p.to_dict() for p in self.phases], "exit_code": self.exit_code,
-                "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
-                "remote_pgid": self.remote_pgid, "version": self.version}
+    def snapshot(self) -> NodeRecord:
+        """The node as it stands now, to write to cluster.json."""
+        return dataclasses.replace(self.record, status=self.status, phases=tuple(self.phases),
+                                   diagnosis=self.diagnosis, exit_code=self.exit_code,
+                                   remote_pgid=self.remote_pgid, version=self.version)
 
     def is_alive(self) -> bool:
         """Its process group here still runs (started here), or its leader with the recorded start time."""
@@ -186,18 +177,18 @@ class NodeProcess:
 class Cluster:
     """A multi-node deployment: the head here and its workers, supervised together."""
 
-    def __init__(self, head: ServerProcess, nodes: list[NodeProcess], info: dict[str, Any]) -> None:
+    def __init__(self, head: ServerProcess, nodes: list[NodeProcess], record: ClusterRecord) -> None:
         self.head = head
         self.nodes = nodes
-        self.head_address: str = info.get("head_address", "")
-        self.iface: str | None = info.get("iface")
-        self.expected_engines: list[str] = list(info.get("expected_engines", ["0"]))
-        self.engines_seen: list[str] = list(info.get("engines_seen", []))
-        self.notes: list[str] = list(info.get("notes", []))
-        self.ssh: str = info.get("ssh", "ssh")
-        self.time_to_ready_s: float | None = info.get("time_to_ready_s")
-        self.diagnosis = Diagnosis.from_dict(info["diagnosis"]) if info.get("diagnosis") else None
-        self._status = Status(info.get("status", Status.STARTING.value))
+        self.head_address = record.head_address
+        self.iface = record.iface
+        self.expected_engines = list(record.expected_engines)
+        self.engines_seen = list(record.engines_seen)
+        self.notes = list(record.notes)
+        self.ssh = record.ssh
+        self.time_to_ready_s = record.time_to_ready_s
+        self.diagnosis = record.diagnosis
+        self._status = record.status
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._watcher: threading.Thread | None = None
@@ -214,20 +205,18 @@ class Cluster:
     def path(self) -> Path:
         return self.head.state_dir / CLUSTER_FILE
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.head.run_id, "head_address": self.head_address, "iface": self.iface,
-                "expected_engines": self.expected_engines, "engines_seen": self.engines_seen,
-                "notes": self.notes, "ssh": self.ssh, "status": self._status.value,
-                "time_to_ready_s": self.time_to_ready_s,
-                "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
-                "nodes": [n.to_dict() for n in self.nodes]}
+    def snapshot(self) -> ClusterRecord:
+        """The deployment as it stands now, to write to cluster.json."""
+        return ClusterRecord(self.head.run_id, self.head_address, self.iface, tuple(self.expected_engines),
+                             tuple(self.engines_seen), tuple(self.notes), self.ssh, self._status,
+                             self.time_to_ready_s, self.diagnosis, tuple(n.snapshot() for n in self.nodes))
 
     def rows(self) -> list[dict[str, Any]]:
         """A row per node (the head first): what the Server tab and `status` list."""
         return node_rows(self.head, self)
 
     def _save(self) -> None:
-        write_json(self.path, self.to_dict())
+        write_cluster_record(self.head.state_dir, self.snapshot())
 
     # -- supervision ------------------------------------------------------------
 
@@ -410,8 +399,9 @@ def launch_cluster(
             started.stop(10.0, ssh)
         head.stop(10.0)
         raise
-    info = command.to_dict()
-    cluster = Cluster(head, nodes, info)
+    record = ClusterRecord(head.run_id, command.head_address, command.iface, tuple(command.expected_engines),
+                           notes=tuple(command.notes), ssh=command.ssh)
+    cluster = Cluster(head, nodes, record)
     head.runtime = ClusterHead(head.runtime, cluster.stop_workers)  # the head's stop stops the workers too
     cluster.supervise()
     return cluster
@@ -421,8 +411,10 @@ def _spawn(node: NodeCommand, folder: Path) -> NodeProcess:
     log_path = _node_log(folder, node.rank)
     spawned = spawn_group(node.argv, node.env, log_path, what=f"node {node.rank}",
                           hint="Check that the program exists (vllm here, ssh for a remote worker).")
-    record = {**node.to_dict(), "via": node.via, "pid": spawned.pid, "pid_started_at": spawned.started_at,
-              "log_path": str(log_path), "started_at": time.time(), "status": Status.STARTING.value}
+    record = NodeRecord(rank=node.rank, host=node.host, log_path=str(log_path), started_at=time.time(), via=node.via,
+                        argv=tuple(node.argv), remote_argv=None if node.remote_argv is None else tuple(node.remote_argv),
+                        serves_http=node.serves_http, port=node.port, pid=spawned.pid,
+                        pid_started_at=spawned.started_at)
     process = NodeProcess(record, spawned.popen)
     process.enter_phase(StartupPhase.STARTED,
                         f"pid {spawned.pid} on {node.host if node.host != LOCAL else 'this machine'}")
@@ -437,15 +429,10 @@ def load_cluster(head: ServerProcess) -> Cluster | None:
     live = _LIVE.get(str(head.run_id))
     if live is not None:
         return live
-    record = read_json(head.state_dir / CLUSTER_FILE)
-    if not record or record.get("run_id") != head.run_id or not isinstance(record.get("nodes"), list):
+    record = read_cluster_record(head.state_dir)
+    if record is None or record.run_id != head.run_id:
         return None
-    try:
-        nodes = [NodeProcess(n) for n in record["nodes"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        log.warning("%s does not check out (%s: %s); the workers are not known", head.state_dir / CLUSTER_FILE,
-                    exc.__class__.__name__, exc)
-        return None
+    nodes = [NodeProcess(n) for n in record.nodes]
     cluster = Cluster(head, nodes, record)
     for node in nodes:  # not supervised here: work the status out from the process table
         if node.status in (Status.STARTING, Status.READY) and not node.is_alive():

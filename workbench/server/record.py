@@ -20,7 +20,8 @@ from workbench.server.phases import PhaseRecord, Status
 from workbench.server.process import StopStage
 from workbench.server.state import LOG_FILE, PREVIOUS_LOG_FILE, STATE_FILE, read_json, redact_record, write_json
 
-__all__ = ["MODES", "BadRecord", "RecordProblem", "ServerRecord", "mark_stopping", "read_record", "save_record"]
+__all__ = ["MODES", "BadRecord", "RecordProblem", "ServerRecord", "expect_field", "is_time_value", "is_whole_number",
+           "mark_stopping", "read_record", "save_record"]
 
 MODES: tuple[str, ...] = ("local", "docker", "attach")
 
@@ -95,31 +96,31 @@ class ServerRecord:
         for key in ("mode", "port", "served_model", "started_at"):
             if key not in r:
                 raise BadRecord(f"it has no {key!r}")
-        _expect(r, "mode", r["mode"] in MODES, "one of " + ", ".join(MODES))
-        _expect(r, "port", _is_int(r["port"]) and 1 <= r["port"] <= 65535, "a port number 1-65535")
-        _expect(r, "served_model", isinstance(r["served_model"], str), "a name")
+        expect_field(r, "mode", r["mode"] in MODES, "one of " + ", ".join(MODES))
+        expect_field(r, "port", is_whole_number(r["port"]) and 1 <= r["port"] <= 65535, "a port number 1-65535")
+        expect_field(r, "served_model", isinstance(r["served_model"], str), "a name")
         statuses = [s.value for s in Status]
-        _expect(r, "status", r.get("status", "starting") in statuses, "one of " + ", ".join(statuses))
+        expect_field(r, "status", r.get("status", "starting") in statuses, "one of " + ", ".join(statuses))
         for key in ("host", "base_url", "api_key", "container_name", "log_path", "run_id"):
-            _expect(r, key, r.get(key) is None or isinstance(r[key], str), "text")
+            expect_field(r, key, r.get(key) is None or isinstance(r[key], str), "text")
         for key in ("pid", "pgid", "exit_code", "supervisor_pid"):
-            _expect(r, key, r.get(key) is None or _is_int(r[key]), "a whole number")
+            expect_field(r, key, r.get(key) is None or is_whole_number(r[key]), "a whole number")
         for key in ("pid", "pgid"):
-            _expect(r, key, r.get(key) is None or r[key] > 1, "a process id")
+            expect_field(r, key, r.get(key) is None or r[key] > 1, "a process id")
         for key in ("started_at", "pid_started_at", "time_to_ready_s"):
-            _expect(r, key, (key != "started_at" and r.get(key) is None) or _is_number(r.get(key)), "a time")
+            expect_field(r, key, (key != "started_at" and r.get(key) is None) or is_time_value(r.get(key)), "a time")
         if r["mode"] != "attach" and r.get("pgid") != r.get("pid"):
             # Servers start in their own session, so the group id is the leader's pid.
             raise BadRecord(f"pgid {r.get('pgid')} is not pid {r.get('pid')}")
-        _expect(r, "argv", r.get("argv") is None or (isinstance(r["argv"], list)
+        expect_field(r, "argv", r.get("argv") is None or (isinstance(r["argv"], list)
                                                      and all(isinstance(a, str) for a in r["argv"])), "a list of words")
-        _expect(r, "env", r.get("env") is None or (isinstance(r["env"], dict)
+        expect_field(r, "env", r.get("env") is None or (isinstance(r["env"], dict)
                                                    and all(isinstance(v, str) for v in r["env"].values())), "a mapping")
         for key in ("plan", "diagnosis"):
-            _expect(r, key, r.get(key) is None or isinstance(r[key], dict), "an object")
-        _expect(r, "phases", isinstance(r.get("phases", []), list), "a list")
+            expect_field(r, key, r.get(key) is None or isinstance(r[key], dict), "an object")
+        expect_field(r, "phases", isinstance(r.get("phases", []), list), "a list")
         stages = [s.value for s in StopStage]
-        _expect(r, "stop_stage", r.get("stop_stage") is None or r["stop_stage"] in stages, "one of " + ", ".join(stages))
+        expect_field(r, "stop_stage", r.get("stop_stage") is None or r["stop_stage"] in stages, "one of " + ", ".join(stages))
         if r.get("log_path"):
             log = Path(r["log_path"])
             inside = (folder / log.name).resolve() == (folder / log).resolve() and log.name in (LOG_FILE,
@@ -144,15 +145,16 @@ class ServerRecord:
         )
 
 
-def _is_int(value: object) -> bool:
+def is_whole_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and value == value  # NaN is not a time
+def is_time_value(value: object) -> bool:
+    return (is_whole_number(value) or isinstance(value, float)) and value == value  # NaN is not a time
 
 
-def _expect(record: Mapping[str, Any], key: str, ok: bool, what: str) -> None:
+def expect_field(record: Mapping[str, Any], key: str, ok: bool, what: str) -> None:
+    """BadRecord saying which field is wrong and what it should be, unless `ok`."""
     if not ok:
         raise BadRecord(f"{key} is {record.get(key)!r}, not {what}")
 
