@@ -75,10 +75,10 @@ def test_ready_means_every_engine_reports(cluster: Cluster) -> None:
     assert cluster.expected_engines == ["0", "1"] and cluster.engines_seen == ["0", "1"]
     assert sorted(engine_tokens(head.base_url)) == ["0", "1"]
     (worker,) = cluster.nodes
-    assert "--headless" in worker.argv and "--data-parallel-start-rank" in worker.argv
+    assert "--headless" in worker.record.argv and "--data-parallel-start-rank" in worker.record.argv
     # Both nodes rendezvous on the head's free ports, not vLLM's defaults.
     rpc = head.argv[head.argv.index("--data-parallel-rpc-port") + 1]
-    assert worker.argv[worker.argv.index("--data-parallel-rpc-port") + 1] == rpc != "29550"
+    assert worker.record.argv[worker.record.argv.index("--data-parallel-rpc-port") + 1] == rpc != "29550"
     assert [p.phase.value for p in worker.phases][-1] == "ready"
     assert "loading_weights" in [p.phase.value for p in worker.phases]
 
