@@ -315,7 +315,7 @@ def main() -> int:
         env = {**os.environ, "WORKBENCH_ROOM_CODE": CODE, "WORKBENCH_PRESENTER_AUTH": ":".join(PRESENTER),
                "PYTHONPATH": str(ROOT)}
         app = subprocess.Popen([sys.executable, "-m", "workbench", "workshop", "--attach", vllm_url,
-                                "--app-port", str(port), "--max-tokens", str(args.tokens), "--hardware", "cpu",
+                                "--port", str(port), "--max-tokens", str(args.tokens), "--hardware", "cpu",
                                 "--state-dir", str(state)], cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 120
