@@ -121,7 +121,8 @@ def test_no_tokenize_counts_with_the_models_tokenizer(demo_model_dir: Path) -> N
         assert httpx.post(f"{url}/tokenize", json={}).status_code == 404
         with pytest.raises(WorkbenchError) as info:
             run_benchmark(BenchConfig(url=url, input_tokens=100, output_tokens=4, requests=2))
-        assert "has no /tokenize" in info.value.message and "--tokenizer PATH" in info.value.hint
+        assert "has no /tokenize" in info.value.message and "tokenizer folder" in info.value.hint
+        assert "tokenizer" in info.value.settings
         result = run_benchmark(BenchConfig(url=url, input_tokens=100, output_tokens=4, concurrency=2, requests=4,
                                            tokenizer=str(demo_model_dir)))
     # The server counted with the same tokenizer's chat template: every prompt exactly 100.

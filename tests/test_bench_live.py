@@ -69,7 +69,9 @@ def test_speed_bench_on_the_cpu_engine_says_it_does_not_fit_and_offers_2048(demo
     done = run_cli("--url", demo_server.base_url, "--preset", "speed-bench", "--quiet")
     assert done.returncode == 2
     assert "does not fit this server's max-model-len of 4096" in done.stderr
-    assert "--preset speed-bench --isl 2048" in done.stderr
+    # The command again with the input it fits: what the user copies.
+    assert (f"On the command line: python -m workbench bench --url {demo_server.base_url} --preset speed-bench "
+            "--quiet --isl 2048") in done.stderr
     assert "Traceback" not in done.stderr
 
 

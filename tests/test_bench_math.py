@@ -297,7 +297,7 @@ def test_speed_bench_does_not_fit_a_4096_server_and_offers_2048() -> None:
     with pytest.raises(BenchShapeError) as info:
         check_fits(config, 4096)
     assert info.value.suggested_input_tokens == 2048
-    assert "--isl 2048" in info.value.hint and "max-model-len of 4096" in info.value.message
+    assert info.value.settings == {"input_tokens": 2048} and "max-model-len of 4096" in info.value.message
 
 
 def test_scaled_speed_bench_result_carries_the_model_card_with_its_hardware() -> None:

@@ -189,7 +189,8 @@ def test_sessions_that_would_outgrow_the_context_are_refused_before_sending(serv
     seen = len(server.timings)
     with pytest.raises(WorkbenchError) as caught:
         run_benchmark(config)
-    assert "past this server's max-model-len of 4096" in caught.value.message and "--turns" in caught.value.hint
+    assert "past this server's max-model-len of 4096" in caught.value.message and "fewer turns" in caught.value.hint
+    assert {"turns", "turn_input_tokens"} <= set(caught.value.settings)
     assert len(server.timings) == seen  # nothing was sent
 
 
@@ -199,9 +200,10 @@ def test_bad_session_settings_say_what_to_change() -> None:
     assert "workload must be one of single, multiturn, agentic, trace" in caught.value.message
     with pytest.raises(WorkbenchError) as caught:
         BenchConfig(url="http://127.0.0.1:1", workload="trace")
-    assert "--trace FILE.jsonl" in caught.value.message
+    assert "needs a trace file" in caught.value.message and "trace_file" in caught.value.settings
     with pytest.raises(WorkbenchError) as caught:
         BenchConfig(url="http://127.0.0.1:1", workload="multiturn", sessions=0, turn_output_tokens=[0],
                     think_time_s=float("nan"))
-    for says in ("--sessions", "--turn-osl", "--think-time"):
+    for says in ("session count", "per-turn output length", "think time"):
         assert says in caught.value.message
+    assert set(caught.value.settings) == {"sessions", "turn_output_tokens", "think_time_s"}

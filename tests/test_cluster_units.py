@@ -37,7 +37,8 @@ def test_engines_the_head_reports() -> None:
 def test_wrong_interface_from_a_real_log() -> None:
     text = (LOGS / "dp_worker_wrong_iface.log").read_text()
     d = diagnose_node(text, rank=1, host="local", via="local", exit_code=1)
-    assert d.cause == "wrong_interface" and "nosuch0" in d.summary and "--iface" in d.fix
+    assert d.cause == "wrong_interface" and "nosuch0" in d.summary and "network interface" in d.fix
+    assert "iface" in d.settings
     assert "Unable to find address for: nosuch0" in d.evidence
 
 
@@ -67,13 +68,13 @@ def test_ssh_exit_255_before_the_remote_started_is_unreachable() -> None:
 def test_bad_worker_lists_refused_before_anything_starts() -> None:
     catalog = load_catalog()
     plan = render(Selection(recipe="SmolLM2-135M-Instruct", nodes=3), catalog)
-    with pytest.raises(InputError, match="runs 2 worker"):
+    with pytest.raises(InputError, match="run 2 worker"):
         plan_cluster(plan, ["local"])
     with pytest.raises(InputError, match="not a host name"):
         plan_cluster(plan, ["local", "-oProxyCommand=x"])
     with pytest.raises(InputError, match="must reach the head") as err:
         plan_cluster(plan, ["local", "gpu2"])
-    assert "--head-address" in (err.value.hint or "")
+    assert "head's address" in (err.value.hint or "") and "head_address" in err.value.settings
     single = render(Selection(recipe="SmolLM2-135M-Instruct"), catalog)
     with pytest.raises(InputError, match="multi-node plan"):
         plan_cluster(single, ["local"])

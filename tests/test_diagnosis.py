@@ -24,7 +24,7 @@ def _diagnose(name: str, exit_code: int | None = 1) -> Diagnosis:
     [
         ("bad_flag.log", "unrecognized_argument", "--no-such-flag", "--help=all"),
         ("invalid_choice.log", "invalid_argument", "'float17'", "--dtype"),
-        ("port_in_use.log", "address_in_use", "port", "--server-port"),
+        ("port_in_use.log", "address_in_use", "port", "another port for the server"),
         ("missing_dir.log", "model_not_found", "/models/does-not-exist", "demo-model"),
         ("offline_repo.log", "model_not_cached", "HF_HUB_OFFLINE=1", "hf download"),
         ("hub_unreachable.log", "hub_unreachable", "huggingface.co", "hf download"),

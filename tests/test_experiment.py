@@ -110,7 +110,7 @@ def test_a_spec_mode_the_recipe_lacks_is_refused_with_the_valid_list(catalog) ->
     with pytest.raises(SelectionError) as err:
         configs_from_specs("off,mtp", Selection(hardware="cpu"), catalog)
     assert "'mtp' is not in this recipe" in err.value.message
-    assert err.value.hint == "Valid --spec values here: off, ngram."
+    assert err.value.hint == "Valid modes here: off, ngram." and "spec" in err.value.settings
     with pytest.raises(InputError, match="twice"):
         configs_from_specs("off,none", Selection(hardware="cpu"), catalog)
 

@@ -198,7 +198,7 @@ def test_a_specific_rule_keeps_its_fix_and_gains_the_name(catalog):
     # A rule more specific than "engine died" wins; the known issue is still named.
     text = (LOGS / "port_in_use.log").read_text() + "\nChunked prefill is required for mamba cache mode 'align'\n"
     d = diagnose(text, exit_code=1, known_issues=known_issue_entries(catalog.recipe("nemotron-3.5-lightning")))
-    assert d.cause == "address_in_use" and "--server-port" in d.fix and d.known_issue is not None
+    assert d.cause == "address_in_use" and "another port" in d.fix and "server_port" in d.settings and d.known_issue is not None
 
 
 def test_no_plan_no_known_issues():

@@ -412,7 +412,8 @@ def test_unreachable_server_gives_a_clean_message(capsys):
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(MetricsError) as caught:
         MetricsPoller(url).scrape_once()
-    assert "cannot read" in caught.value.message and "--url" in caught.value.hint
+    assert "cannot read" in caught.value.message and "the right URL" in caught.value.hint
     assert main(["metrics", "--url", url, "--count", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot read") and "Traceback" not in err
+    assert "On the command line: --url." in err

@@ -268,7 +268,7 @@ def test_offline_without_a_cached_config_says_what_it_needs(catalog, monkeypatch
     with pytest.raises(PlannerError) as err:
         plan_memory(plan, catalog)
     assert f"needs {plan.model_id}'s config.json" in err.value.message and "HF_HUB_OFFLINE=1" in err.value.message
-    assert f"hf download {plan.model_id} config.json" in err.value.hint and "--config" in err.value.hint
+    assert f"hf download {plan.model_id} config.json" in err.value.hint and "config" in err.value.settings
 
 
 def test_config_is_read_from_the_hugging_face_cache(catalog, monkeypatch, tmp_path):
@@ -320,7 +320,7 @@ def test_cli_offline_error_exits_2_with_the_hint(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
     code = cli.main(["plan", "--hardware", "dgx_spark_gb10"])
     err = capsys.readouterr().err
-    assert code == 2 and "config.json" in err and "--config" in err
+    assert code == 2 and "config.json" in err and "On the command line: --config." in err
 
 
 def test_cli_refuses_another_engine(capsys):

@@ -115,8 +115,8 @@ def test_a_gpu_plan_is_refused_here_and_says_it_can_be_copied():
     with pytest.raises(LaunchError) as err:
         server.prepare(plan)
     assert "no NVIDIA GPU" in err.value.message
-    assert "copied and run on the GPU machine" in err.value.hint
-    assert "--hardware cpu" in err.value.hint
+    assert "copied and run on a machine with h200 GPUs" in err.value.hint
+    assert "CPU demo engine" in err.value.hint and err.value.settings == {"hardware": "cpu"}
 
 
 @pytest.mark.skipif(server.docker_engine_problem() is None, reason="a Docker engine runs here")
@@ -126,7 +126,7 @@ def test_docker_mode_is_refused_when_no_docker_engine_answers():
         server.prepare(plan, mode="docker")
     assert "Docker" in err.value.message
     assert "docker info" in err.value.message or "not installed" in err.value.message
-    assert "--mode local" in err.value.hint
+    assert "launch mode local" in err.value.hint and err.value.settings == {"mode": "local"}
 
 
 def test_a_trtllm_plan_is_rendered_not_launched():

@@ -258,7 +258,8 @@ def test_an_auth_with_an_empty_half_is_refused(value, capsys):
 
     assert main(["ui", "--auth", value]) == 2
     err = capsys.readouterr().err
-    assert "--auth needs both a user name and a password" in err and "Traceback" not in err
+    assert "needs both a user name and a password" in err and "On the command line: --auth." in err
+    assert "Traceback" not in err
 
 
 def test_threads_saving_one_record_at_once_never_fail_or_tear_it(tmp_path):

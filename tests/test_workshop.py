@@ -177,6 +177,17 @@ def test_launch_from_the_page_refuses_before_anything_starts(tmp_path):
 def test_weights_not_cached_says_how_to_download(tmp_path):
     check = weights_check("nvidia/some-model", cache_dir=tmp_path)
     assert check.status == "missing" and "hf download nvidia/some-model" in check.fix
+    assert check.settings == ("download",)  # the command line adds its flag: --download
+
+
+def test_the_check_command_prints_the_download_flag_under_missing_weights(capsys):
+    from workbench.cli.workshop import print_checks
+    from workbench.server.preflight import EnvironmentCheck
+
+    missing = EnvironmentCheck("weights in the Hugging Face cache", "missing", "not there", "Download it.",
+                               settings=("download",))
+    assert print_checks([missing]) == 1
+    assert "on the command line: --download" in capsys.readouterr().out
 
 
 def test_download_offline_explains(tmp_path, monkeypatch):

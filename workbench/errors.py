@@ -1,6 +1,6 @@
 """The workbench's one exception tree.
 
-WorkbenchError                  a user can fix it; `hint` says how
+WorkbenchError                  a user can fix it; `hint` says how, `settings` names what to change
 ├── InputError                  a value the user gave is malformed (a URL, a number, shell words)
 ├── RecipeError                 a recipe file is malformed (names file and key)
 ├── SelectionError              an unknown choice (lists the valid values)
@@ -14,21 +14,30 @@ WorkbenchError                  a user can fix it; `hint` says how
 
 Errors from lower libraries are translated where they happen (`raise ... from exc`);
 the CLI prints message and hint, the UIs show them, nothing shows a traceback.
+The library says a setting in words and names it in `settings` (a BenchConfig field, a
+serve option); each front end says where that setting lives (the CLI its flag: cli/hints.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 __all__ = ["BenchError", "BenchShapeError", "InputError", "LaunchError", "MetricsError", "PlannerError",
            "RecipeError", "RoomError", "SelectionError", "ToolError", "WorkbenchError"]
 
 
 class WorkbenchError(Exception):
-    """An error whose message says what went wrong and `hint` what to change."""
+    """An error whose message says what went wrong, `hint` what to change and `settings`
+    which settings (by name, e.g. "input_tokens", "workers") that change is to, each with the
+    value to give it where the library knows one (else None)."""
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None,
+                 settings: Iterable[str] | Mapping[str, object] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.settings: dict[str, object] = (dict(settings) if isinstance(settings, Mapping)
+                                            else dict.fromkeys(settings))
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n{self.hint}"
@@ -65,8 +74,9 @@ class BenchError(WorkbenchError):
 class BenchShapeError(BenchError):
     """The requested shape does not fit the server; `suggested_input_tokens` does."""
 
-    def __init__(self, message: str, *, hint: str, suggested_input_tokens: int | None) -> None:
-        super().__init__(message, hint=hint)
+    def __init__(self, message: str, *, hint: str, suggested_input_tokens: int | None,
+                 settings: Iterable[str] | Mapping[str, object] = ("input_tokens",)) -> None:
+        super().__init__(message, hint=hint, settings=settings)
         self.suggested_input_tokens = suggested_input_tokens
 
 

@@ -269,8 +269,8 @@ def connection_for(url: str | None, *, model: str | None = None, context_length:
     length = context_length or served.get("max_model_len")
     if not name or not isinstance(length, int) or length < 1:
         raise InputError(f"Cannot tell the served model and its context length: {problem or 'the server did not say'}.",
-                         hint="Start the server (Server tab or `python -m workbench serve`), or pass --model and "
-                         "--context-length.")
+                         hint="Start the server, or give the served model's name and its context length.",
+                         settings=("model", "context_length"))
     if server_argv is None:
         return Connection(root, str(name), int(length), api_key_env)
     return Connection(root, str(name), int(length), api_key_env, reasoning="--reasoning-parser" in server_argv,

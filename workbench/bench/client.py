@@ -26,7 +26,7 @@ import aiohttp
 
 from workbench.bench.records import ChunkKind, RequestRecord
 from workbench.bench.summary import ServerCounters
-from workbench.errors import MetricsError, WorkbenchError
+from workbench.errors import LaunchError, MetricsError
 from workbench.server.probe import parse_model_list
 from workbench.metrics.parse import (
     GENERATION_TOKENS,
@@ -296,27 +296,28 @@ async def open_connections(session: aiohttp.ClientSession, base_url: str, count:
 
 async def fetch_model(session: aiohttp.ClientSession, base_url: str) -> tuple[str, int | None]:
     """The served model's name and max_model_len, from GET /v1/models."""
-    hint = "Check --url points at a running OpenAI-compatible server (e.g. http://127.0.0.1:8000)."
+    hint = "Check that the URL is a running OpenAI-compatible server's (e.g. http://127.0.0.1:8000)."
     try:
         async with session.get(f"{base_url}/v1/models") as response:
             status = response.status
             text = await response.text(errors="replace")
     except CONNECTION_ERRORS as exc:
-        raise WorkbenchError(f"Could not read the model list from {base_url}/v1/models: "
-                             f"{type(exc).__name__}: {exc}", hint=hint) from exc
+        raise LaunchError(f"Could not read the model list from {base_url}/v1/models: "
+                             f"{type(exc).__name__}: {exc}", hint=hint, settings=("url",)) from exc
     if status != 200:
-        raise WorkbenchError(f"Could not read the model list from {base_url}/v1/models: HTTP {status}: "
-                             f"{text[:200]}", hint=hint)
+        raise LaunchError(f"Could not read the model list from {base_url}/v1/models: HTTP {status}: "
+                             f"{text[:200]}", hint=hint, settings=("url",))
     try:
         models = parse_model_list(json.loads(text))
     except ValueError as exc:
-        raise WorkbenchError(
+        raise LaunchError(
             f"Could not read the model list from {base_url}/v1/models: the answer is not an OpenAI "
             f"model list ({type(exc).__name__}: {exc}): {text[:200]!r}",
-            hint=hint + " Or give the served model's name with --model.",
+            hint=hint + " Or give the served model's name.",
+            settings=("url", "model"),
         ) from exc
     if not models:
-        raise WorkbenchError(f"{base_url} serves no model.", hint="Start the server with a model.")
+        raise LaunchError(f"{base_url} serves no model.", hint="Start the server with a model.")
     return models[0].id, models[0].max_model_len
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from workbench.errors import BenchShapeError, SelectionError, WorkbenchError
+from workbench.errors import BenchError, BenchShapeError, SelectionError
 from workbench.urls import normalize_base_url
 
 __all__ = ["DGX_SPARK_REFERENCE", "PRESETS", "SESSION_WORKLOADS", "WORKLOADS", "BenchConfig", "chat_body", "BenchPhase", "BenchProgress", "ProgressCallback",
@@ -85,58 +85,60 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         self.url = normalize_base_url(self.url)
-        problems = []
+        problems: dict[str, str] = {}  # setting -> what is wrong with it
         if self.input_tokens < 1:
-            problems.append("input_tokens must be at least 1 (--isl)")
+            problems["input_tokens"] = "the input length must be at least 1 token"
         if self.output_tokens < 1:
-            problems.append("output_tokens must be at least 1 (--osl)")
+            problems["output_tokens"] = "the output length must be at least 1 token"
         if self.concurrency < 1:
-            problems.append("concurrency must be at least 1 (--concurrency)")
+            problems["concurrency"] = "the concurrency must be at least 1"
         if self.request_rate is not None and self.request_rate <= 0:
-            problems.append("request_rate must be positive (--request-rate)")
+            problems["request_rate"] = "the request rate must be positive"
         if (self.requests is None) == (self.duration_s is None):
-            problems.append("give exactly one of a request count (--requests) or a duration (--duration)")
+            problems["requests"] = "give exactly one of a request count or a duration"
+            problems["duration_s"] = problems["requests"]
         if self.requests is not None and self.requests < 1:
-            problems.append("requests must be at least 1 (--requests)")
+            problems["requests"] = "the request count must be at least 1"
         if self.duration_s is not None and self.duration_s <= 0:
-            problems.append("duration must be positive (--duration)")
+            problems["duration_s"] = "the duration must be positive"
         if self.warmup_requests < 0:
-            problems.append("warmup_requests cannot be negative (--warmup)")
-        problems += self._session_problems()
+            problems["warmup_requests"] = "the warm-up request count cannot be negative"
+        problems |= self._session_problems()
         if self.prompts is not None and not self.prompts:
-            problems.append("the fixed prompt list is empty")
+            problems["prompts"] = "the fixed prompt list is empty"
         if self.prompts is not None and self.workload != "single":
-            problems.append(f"fixed prompts are for single-turn runs, not the {self.workload} workload")
+            problems["prompts"] = f"fixed prompts are for single-turn runs, not the {self.workload} workload"
         if problems:
-            raise WorkbenchError("Invalid benchmark settings: " + "; ".join(problems) + ".")
+            said = list(dict.fromkeys(problems.values()))  # one problem can name two settings
+            raise BenchError("Invalid benchmark settings: " + "; ".join(said) + ".", settings=tuple(problems))
         if self.goodput is not None:
             from workbench.bench.goodput import parse_goodput
 
             self.goodput = parse_goodput(self.goodput)
 
-    def _session_problems(self) -> list[str]:
-        problems = []
+    def _session_problems(self) -> dict[str, str]:
+        problems: dict[str, str] = {}
         if self.workload not in WORKLOADS:
-            return [f"workload must be one of {', '.join(WORKLOADS)} (--workload), not {self.workload!r}"]
+            return {"workload": f"the workload must be one of {', '.join(WORKLOADS)}, not {self.workload!r}"}
         if self.workload == "trace" and not self.trace_file:
-            problems.append("the trace workload needs a trace file (--trace FILE.jsonl)")
+            problems["trace_file"] = "the trace workload needs a trace file (JSONL)"
         if self.workload in ("multiturn", "agentic"):
             if self.sessions < 1:
-                problems.append("sessions must be at least 1 (--sessions)")
+                problems["sessions"] = "the session count must be at least 1"
             if self.turns < 1:
-                problems.append("turns must be at least 1 (--turns)")
+                problems["turns"] = "the turn count must be at least 1"
             if self.sessions >= 1 and self.turns >= 1:
                 # A session workload is bounded by its turns: every session runs at once.
                 self.requests, self.duration_s, self.concurrency = self.sessions * self.turns, None, self.sessions
         if self.turn_input_tokens < 1:
-            problems.append("turn_input_tokens must be at least 1 (--turn-isl)")
+            problems["turn_input_tokens"] = "each later turn must add at least 1 input token"
         if self.turn_output_tokens is not None and (not self.turn_output_tokens
                                                     or any(n < 1 for n in self.turn_output_tokens)):
-            problems.append("every per-turn output length must be at least 1 (--turn-osl)")
+            problems["turn_output_tokens"] = "every per-turn output length must be at least 1"
         if not 0 <= self.think_time_s < float("inf"):
-            problems.append("think time must be 0 or more seconds (--think-time)")
+            problems["think_time_s"] = "the think time must be 0 or more seconds"
         if self.tool_call_tokens < 1:
-            problems.append("tool_call_tokens must be at least 1 (--tool-call-osl)")
+            problems["tool_call_tokens"] = "a tool call's length must be at least 1 token"
         return problems
 
     @property
@@ -242,7 +244,7 @@ def preset_config(name: str, url: str, **overrides: Any) -> BenchConfig:
 def sweep_levels(max_concurrency: int) -> list[int]:
     """1, 2, 4, ... up to max_concurrency (which ends the list even if not a power of two)."""
     if max_concurrency < 1:
-        raise WorkbenchError("The sweep needs a maximum concurrency of at least 1 (--max-concurrency).")
+        raise BenchError("The sweep needs a maximum concurrency of at least 1.", settings=("max_concurrency",))
     levels = []
     level = 1
     while level < max_concurrency:
@@ -270,17 +272,19 @@ def check_fits(config: BenchConfig, max_model_len: int | None) -> None:
     suggested = scaled_input_tokens(max_model_len, config.output_tokens)
     shape = f"{config.input_tokens} input + {config.output_tokens} output tokens"
     what = "The SPEED-Bench shape" if config.preset == "speed-bench" else "This shape"
-    hint = "Lower --isl/--osl so input + output fits in the server's max-model-len."
+    hint = "Lower the input or output length so that both fit in the server's max-model-len."
+    settings: dict[str, object] = {"input_tokens": None, "output_tokens": None}
     if suggested:
-        preset = f"--preset {config.preset} " if config.preset else ""
         hint = (
-            f"Run the scaled-down shape instead: python -m workbench bench {preset}--isl {suggested} "
+            f"Run the scaled-down shape instead: {suggested} input tokens "
             f"(the model card's 8K figures are not comparable to a {suggested}-token run)."
         )
+        settings = {"input_tokens": suggested}
     raise BenchShapeError(
         f"{what} ({shape}) does not fit this server's max-model-len of {max_model_len}.",
         hint=hint,
         suggested_input_tokens=suggested,
+        settings=settings,
     )
 
 

@@ -83,7 +83,8 @@ def parse_goodput(spec: str | Sequence[str] | dict[str, float] | None) -> dict[s
             value = float(raw)
         except (TypeError, ValueError):
             raise InputError(f"Goodput objective {key!r} needs a number, as in {key}:500 (got {raw!r}).",
-                             hint='Write --goodput "ttft:500 tpot:30" (times in ms, rates in tok/s).') from None
+                             hint='Write the objectives as "ttft:500 tpot:30" (times in ms, rates in tok/s).',
+                             settings=("goodput",)) from None
         if value < 0:
             raise InputError(f"Goodput objective {key}:{raw} is negative.", hint="Objectives are 0 or more.")
         slos[tag] = value

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from workbench.errors import WorkbenchError
+from workbench.errors import BenchError
 
 __all__ = ["Prompt", "PromptBuilder", "TokenCounter", "WORDS", "choose_counter", "local_counter", "server_counter"]
 
@@ -84,17 +84,17 @@ def server_counter(session: aiohttp.ClientSession, base_url: str, model: str,
             async with session.post(f"{base_url}/tokenize", json=body) as response:
                 status, text = response.status, await response.text(errors="replace")
         except (aiohttp.ClientError, OSError) as exc:
-            raise WorkbenchError(f"POST {base_url}/tokenize failed: {type(exc).__name__}: {exc}") from exc
+            raise BenchError(f"POST {base_url}/tokenize failed: {type(exc).__name__}: {exc}") from exc
         if status in (404, 405, 501):
             raise _NoTokenize(text[:200])
         if status != 200:
-            raise WorkbenchError(f"POST {base_url}/tokenize answered {status}: {text[:300]}",
-                                 hint="Give the model's tokenizer with --tokenizer PATH to count locally.")
+            raise BenchError(f"POST {base_url}/tokenize answered {status}: {text[:300]}",
+                                 hint="Give the model's tokenizer folder to count locally.", settings=("tokenizer",))
         try:
             return int(json.loads(text)["count"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise WorkbenchError(f"POST {base_url}/tokenize answered something other than a count: {text[:200]!r}",
-                                 hint="Give the model's tokenizer with --tokenizer PATH to count locally.") from exc
+            raise BenchError(f"POST {base_url}/tokenize answered something other than a count: {text[:200]!r}",
+                                 hint="Give the model's tokenizer folder to count locally.", settings=("tokenizer",)) from exc
 
     return TokenCounter(f"the server's /tokenize ({base_url})", count)
 
@@ -104,20 +104,21 @@ def local_counter(name_or_path: str, chat_template_kwargs: dict[str, Any] | None
     try:
         from transformers import AutoTokenizer
     except ImportError as exc:  # pragma: no cover - transformers comes with vLLM
-        raise WorkbenchError("Counting input tokens locally needs `transformers`.",
+        raise BenchError("Counting input tokens locally needs `transformers`.",
                              hint="pip install transformers (vLLM installs it).") from exc
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise WorkbenchError(
+        raise BenchError(
             f"Could not load a tokenizer from {name_or_path!r}: {exc}".splitlines()[0],
-            hint="Pass --tokenizer PATH: a folder with the model's tokenizer.json and tokenizer_config.json "
+            hint="Give a tokenizer folder: one with the model's tokenizer.json and tokenizer_config.json "
             "(or download the model into the Hugging Face cache first).",
+            settings=("tokenizer",),
         ) from exc
     if not getattr(tokenizer, "chat_template", None):
-        raise WorkbenchError(f"The tokenizer at {name_or_path!r} has no chat template, so the chat-formatted "
+        raise BenchError(f"The tokenizer at {name_or_path!r} has no chat template, so the chat-formatted "
                              "length the server will see cannot be counted.",
-                             hint="Pass --tokenizer PATH to the served model's own tokenizer folder.")
+                             hint="Give the served model's own tokenizer folder.", settings=("tokenizer",))
     kwargs = dict(chat_template_kwargs or {})
 
     async def count(messages: Messages) -> int:
@@ -131,7 +132,7 @@ def local_counter(name_or_path: str, chat_template_kwargs: dict[str, Any] | None
 
 async def choose_counter(session: aiohttp.ClientSession, base_url: str, model: str, tokenizer: str | None,
                          chat_template_kwargs: dict[str, Any] | None) -> TokenCounter:
-    """--tokenizer if given; else the server's /tokenize; else the model's tokenizer from the HF cache."""
+    """The given tokenizer if any; else the server's /tokenize; else the model's tokenizer from the HF cache."""
     if tokenizer is not None:
         return local_counter(tokenizer, chat_template_kwargs)
     server = server_counter(session, base_url, model, chat_template_kwargs)
@@ -142,11 +143,12 @@ async def choose_counter(session: aiohttp.ClientSession, base_url: str, model: s
         pass
     try:
         return local_counter(model, chat_template_kwargs)
-    except WorkbenchError as exc:
-        raise WorkbenchError(
+    except BenchError as exc:
+        raise BenchError(
             f"{base_url} has no /tokenize (TensorRT-LLM's trtllm-serve has none), and no tokenizer for "
             f"{model!r} is in the Hugging Face cache, so exact input lengths cannot be counted.",
-            hint="Pass --tokenizer PATH: the served model's tokenizer folder (tokenizer.json, tokenizer_config.json).",
+            hint="Give the served model's tokenizer folder (tokenizer.json, tokenizer_config.json).",
+            settings=("tokenizer",),
         ) from exc
 
 
@@ -167,10 +169,11 @@ class PromptBuilder:
         if self._overhead is None:
             self._overhead = await self.count([{"role": "user", "content": WORDS[0]}]) - 1
             if self.input_tokens <= self._overhead:
-                raise WorkbenchError(
+                raise BenchError(
                     f"An input of {self.input_tokens} tokens is shorter than the chat template alone "
                     f"({self._overhead + 1} tokens for a one-word message).",
-                    hint=f"Choose --isl {self._overhead + 8} or more.",
+                    hint=f"Choose an input of {self._overhead + 8} tokens or more.",
+                    settings={"input_tokens": self._overhead + 8},
                 )
         return self._overhead
 
@@ -195,7 +198,8 @@ class PromptBuilder:
                 words[n - 1] = rng.choice(WORDS)
                 step = 0
             n = max(1, n + step)
-        raise WorkbenchError(
+        raise BenchError(
             f"Could not build a prompt of exactly {target} tokens in {MAX_ATTEMPTS} tries.",
-            hint="Try a slightly different --isl.",
+            hint="Try a slightly different input length.",
+            settings=("input_tokens",),
         )

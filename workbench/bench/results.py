@@ -22,7 +22,7 @@ from workbench.bench.figures import figures_html
 from workbench.bench.lag import ClientLag
 from workbench.bench.records import RequestRecord
 from workbench.bench.summary import DEFINITIONS, Distribution, ServerCounters, Summary
-from workbench.errors import WorkbenchError
+from workbench.errors import BenchError
 from workbench.telemetry import GpuRunFigures
 
 __all__ = ["BenchResult", "SweepResult", "check_output_dir", "compare_results", "free_stem", "load_result"]
@@ -192,16 +192,18 @@ def free_stem(directory: Path, stem: str) -> str:
 def check_output_dir(directory: Path | str) -> Path:
     """Create `directory` if needed and prove it is writable, before a run is spent."""
     directory = Path(directory)
-    hint = "Pass --output-dir to a folder you can write to."
+    hint = "Give a folder you can write to for the results."
     if directory.exists() and not directory.is_dir():
-        raise WorkbenchError(f"--output-dir {directory} is a file, not a folder.", hint=hint)
+        raise BenchError(f"The results folder {directory} is a file, not a folder.", hint=hint,
+                             settings=("output_dir",))
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / f".write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise WorkbenchError(f"Cannot write results to {directory}: {exc.strerror or exc}.", hint=hint) from exc
+        raise BenchError(f"Cannot write results to {directory}: {exc.strerror or exc}.", hint=hint,
+                             settings=("output_dir",)) from exc
     return directory
 
 
@@ -211,15 +213,15 @@ def load_result(path: Path | str) -> BenchResult:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError as exc:
-        raise WorkbenchError(f"No such result file: {path}", hint="Pass the .json a benchmark run wrote.") from exc
+        raise BenchError(f"No such result file: {path}", hint="Pass the .json a benchmark run wrote.") from exc
     except (OSError, ValueError) as exc:
-        raise WorkbenchError(f"Cannot read {path} as a benchmark result: {exc}") from exc
+        raise BenchError(f"Cannot read {path} as a benchmark result: {exc}") from exc
     try:
         return BenchResult.from_dict(data)
     except (KeyError, TypeError) as exc:
-        raise WorkbenchError(
+        raise BenchError(
             f"{path} is not a workbench benchmark result (missing {exc}).",
-            hint="Pass the bench.json written by `python -m workbench bench`.",
+            hint="Give the bench.json a benchmark wrote.",
         ) from exc
 
 

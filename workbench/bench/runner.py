@@ -41,7 +41,7 @@ from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult, SweepResult
 from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions, session_context_estimate
 from workbench.bench.summary import summarize
-from workbench.errors import WorkbenchError
+from workbench.errors import BenchError, WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
 from workbench.syncbridge import run_sync
 from workbench.telemetry import GpuPoller
@@ -134,7 +134,7 @@ async def _model(config: BenchConfig, session: aiohttp.ClientSession, notes: lis
     try:
         served, max_model_len = await fetch_model(session, config.url)
     except WorkbenchError as exc:
-        notes.append(f"/v1/models was not usable ({exc.message}); benchmarked --model {config.model}")
+        notes.append(f"/v1/models was not usable ({exc.message}); benchmarked the model named {config.model} as given")
         return config.model, None
     return config.model, max_model_len if served == config.model else None
 
@@ -174,10 +174,12 @@ async def _session_setup(config: BenchConfig, plans: list[SessionPlan], session:
     turns = sum(len(p.turns) for p in plans)
     reached = max(session_context_estimate(p) for p in plans)
     if max_model_len is not None and reached > max_model_len:
-        raise WorkbenchError(
+        raise BenchError(
             f"The sessions would reach about {reached} tokens of context, past this server's max-model-len of "
             f"{max_model_len}.",
-            hint="Use fewer --turns, a smaller --turn-isl, --turn-osl or --isl (or a trace with shorter inputs).")
+            hint="Use fewer turns, or shorter first prompts, turn inputs or turn outputs (or a trace with "
+            "shorter inputs).",
+            settings=("turns", "input_tokens", "turn_input_tokens", "turn_output_tokens"))
     config = replace(config, requests=turns, duration_s=None, concurrency=len(plans))
     _, warnings = await fetch_cache_warnings(session, config.url)
     for warning in warnings:
@@ -242,10 +244,10 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
             warm = await send_load(session, chat_url, payload, 0, config.warmup_requests, None,
                                    min(concurrency, config.warmup_requests), None, config.seed, on_warm, should_stop)
             if warm.stopped is not None:
-                raise WorkbenchError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
+                raise BenchError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
                                      hint="Check that the server is up (its log), then run again.")
             if not any(r.ok for r in warm.records):
-                raise WorkbenchError(
+                raise BenchError(
                     f"Every warm-up request failed; the first said: {warm.records[0].error}",
                     hint="Check the server log; the server may be overloaded or reject these settings.",
                 )

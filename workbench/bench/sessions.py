@@ -32,7 +32,7 @@ from workbench.bench.config import BenchConfig, chat_body
 from workbench.bench.load import LoadOutcome, run_until_done
 from workbench.bench.prompts import WORDS, Prompt
 from workbench.bench.records import RequestRecord
-from workbench.errors import WorkbenchError
+from workbench.errors import InputError
 
 __all__ = ["SessionPlan", "Turn", "load_trace", "plan_sessions", "run_sessions", "session_context_estimate", "words"]
 
@@ -99,7 +99,7 @@ def _positive_int(row: dict[str, Any], key: str, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1 or value != int(value):
-        raise WorkbenchError(f"{where}: {key} must be a whole number of at least 1, not {value!r}.", hint=TRACE_HINT)
+        raise InputError(f"{where}: {key} must be a whole number of at least 1, not {value!r}.", hint=TRACE_HINT)
     return int(value)
 
 
@@ -108,29 +108,37 @@ def _seconds(row: dict[str, Any], key: str, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise WorkbenchError(f"{where}: {key} must be milliseconds (0 or more), not {value!r}.", hint=TRACE_HINT)
+        raise InputError(f"{where}: {key} must be milliseconds (0 or more), not {value!r}.", hint=TRACE_HINT)
     return float(value) / 1000
 
 
 def _trace_turn(row: Any, where: str) -> Turn:
     if not isinstance(row, dict):
-        raise WorkbenchError(f"{where}: a line must be a JSON object, not {type(row).__name__}.", hint=TRACE_HINT)
+        raise InputError(f"{where}: a line must be a JSON object, not {type(row).__name__}.", hint=TRACE_HINT)
     output = _positive_int(row, "output_length", where)
     if output is None:
-        raise WorkbenchError(f"{where}: output_length is missing.", hint=TRACE_HINT)
+        raise InputError(f"{where}: output_length is missing.", hint=TRACE_HINT)
     input_length = _positive_int(row, "input_length", where)
     messages = row.get("messages")
     if row.get("text_input") is not None:
         messages = [{"role": "user", "content": str(row["text_input"])}]
     if messages is not None and (not isinstance(messages, list) or not messages
                                  or not all(isinstance(m, dict) and "role" in m for m in messages)):
-        raise WorkbenchError(f"{where}: messages must be a non-empty list of chat messages (role, content).",
+        raise InputError(f"{where}: messages must be a non-empty list of chat messages (role, content).",
                              hint=TRACE_HINT)
     if (input_length is None) == (messages is None):
-        raise WorkbenchError(f"{where}: give exactly one of input_length or messages (or text_input).",
+        raise InputError(f"{where}: give exactly one of input_length or messages (or text_input).",
                              hint=TRACE_HINT)
     return Turn(new_tokens=input_length or 1, output_tokens=output, delay_s=_seconds(row, "delay", where) or 0.0,
                 at_s=_seconds(row, "timestamp", where), input_length=input_length, messages=messages)
+
+
+async def _sleep_at_least(seconds: float) -> None:
+    """asyncio.sleep, but never short: uvloop's timers run on a clock cached once per loop turn
+    (milliseconds), so a think time could end a fraction of a millisecond early."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(left)
 
 
 def load_trace(path: Path | str) -> list[SessionPlan]:
@@ -139,9 +147,11 @@ def load_trace(path: Path | str) -> list[SessionPlan]:
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError as exc:
-        raise WorkbenchError(f"No such trace file: {path}", hint="Pass --trace a JSONL file.") from exc
+        raise InputError(f"No such trace file: {path}", hint="Give a JSONL trace file.",
+                             settings=("trace_file",)) from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise WorkbenchError(f"Cannot read the trace {path}: {exc}", hint="Pass --trace a JSONL text file.") from exc
+        raise InputError(f"Cannot read the trace {path}: {exc}", hint="Give a JSONL text file.",
+                             settings=("trace_file",)) from exc
     sessions: dict[str, SessionPlan] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -150,13 +160,13 @@ def load_trace(path: Path | str) -> list[SessionPlan]:
         try:
             row = json.loads(line)
         except ValueError as exc:
-            raise WorkbenchError(f"{where} is not JSON ({exc}).", hint=TRACE_HINT) from exc
+            raise InputError(f"{where} is not JSON ({exc}).", hint=TRACE_HINT) from exc
         turn = _trace_turn(row, where)
         key = str(row["session_id"]) if row.get("session_id") is not None else f"line {number}"
         plan = sessions.setdefault(key, SessionPlan(len(sessions)))
         plan.turns.append(turn)
     if not sessions:
-        raise WorkbenchError(f"The trace {path} has no requests.", hint=TRACE_HINT)
+        raise InputError(f"The trace {path} has no requests.", hint=TRACE_HINT)
     return list(sessions.values())
 
 
@@ -195,7 +205,7 @@ async def run_sessions(
             if turn.at_s is not None:
                 wait = max(wait, started + turn.at_s - time.monotonic())
             if wait > 0:
-                await asyncio.sleep(wait)
+                await _sleep_at_least(wait)
             if stop_now():
                 return
             target: int | None = None

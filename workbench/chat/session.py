@@ -37,7 +37,7 @@ from workbench.chat.stream import PendingCall, Step, chat_chunk_events, complete
 from workbench.chat.server_metrics import TurnServerFigures
 from workbench.chat.tool_runner import ToolRunner
 from workbench.chat.tools import ToolRegistry
-from workbench.errors import WorkbenchError
+from workbench.errors import LaunchError
 from workbench.server.probe import aserved_models
 from workbench.syncbridge import iterate_sync
 from workbench.urls import normalize_base_url
@@ -213,8 +213,9 @@ class ChatSession:
         models = [m.id for m in await aserved_models(self.base_url, api_key=self.api_key,
                                                      timeout=self.timeout_s, client=self.http_client)]
         if not models:
-            raise WorkbenchError(f"The server at {self.base_url} serves no model.",
-                                 hint="Check the server's log; pass --model if it needs one.")
+            raise LaunchError(f"The server at {self.base_url} serves no model.",
+                              hint="Check the server's log; give the model's name if it needs one.",
+                              settings=("model",))
         self.options.model = models[0]
         return str(models[0])
 
@@ -493,7 +494,7 @@ async def _require_event_stream(stream: Any, base_url: str) -> None:
         return
     text = (await response.aread()).decode("utf-8", "replace")
     await response.aclose()
-    raise WorkbenchError(
+    raise LaunchError(
         f"The server at {base_url} answered with {content_type or 'no content type'}, not an event stream: "
         f"{' '.join(text.split())[:300]!r}",
         hint="Is the URL the vLLM server's (not a proxy or another app)? Its /v1/models should list the model.")

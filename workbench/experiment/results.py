@@ -190,7 +190,7 @@ def load_experiment(directory: Path | str) -> ExperimentResult:
         return ExperimentResult.from_dict(data)
     except FileNotFoundError as exc:
         raise InputError(f"{directory} holds no experiment ({STATE_FILE} is missing).",
-                         hint="Give --resume the folder an earlier experiment wrote.") from exc
+                         hint="Give the folder an earlier experiment wrote.", settings=("resume",)) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path} is not an experiment's state ({type(exc).__name__}: {exc}).",
-                         hint="Give --resume the folder an earlier experiment wrote.") from exc
+                         hint="Give the folder an earlier experiment wrote.", settings=("resume",)) from exc

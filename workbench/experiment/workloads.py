@@ -114,5 +114,5 @@ def load_dataset(path: Path | str) -> Workload:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"Cannot read the dataset {file}: {exc}",
-                         hint="Give a UTF-8 JSONL file with one prompt a line (--dataset FILE.jsonl).") from exc
+                         hint="Give a UTF-8 JSONL file with one prompt a line.", settings=("dataset",)) from exc
     return parse_jsonl(text, file.name)

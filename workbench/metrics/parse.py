@@ -112,8 +112,8 @@ def fetch_metrics_text(url: str, client: httpx.Client | None = None, timeout: fl
     except httpx.HTTPError as exc:
         raise MetricsError(
             f"cannot read {url}: {exc.__class__.__name__}: {exc}",
-            hint="Is the vLLM server running and is this its address? "
-            "Start one with `python -m workbench serve` or pass the right --url.",
+            hint="Is the vLLM server running and is this its address? Start one, or give the right URL.",
+            settings=("url",),
         ) from exc
     if response.status_code != 200:
         raise MetricsError(

@@ -118,7 +118,7 @@ def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int
     value = config.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool):
         raise PlannerError(f"config.json has no whole number {key!r} (got {value!r}).",
-                           hint="Pass the checkpoint's own config.json with --config.")
+                           hint="Give the checkpoint's own config.json.", settings=("config",))
     return value
 
 

@@ -51,7 +51,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PlannerError(f"Cannot read {path} ({exc.strerror}).",
-                           hint="Pass the path of the checkpoint's config.json with --config.") from exc
+                           hint="Give the path of the checkpoint's config.json.", settings=("config",)) from exc
     except ValueError as exc:
         raise PlannerError(f"{path} is not valid JSON ({exc}).",
                            hint="Pass the checkpoint's config.json as it was downloaded.") from exc
@@ -103,13 +103,14 @@ def _from_hub(model_id: str) -> ModelConfigFile:
 
     if not _hub_reachable():
         raise PlannerError(f"The planner needs {model_id}'s config.json; it is not in the Hugging Face cache "
-                           "and the Hub cannot be reached from here.", hint=_get_it_hint(model_id))
+                           "and the Hub cannot be reached from here.", hint=_get_it_hint(model_id),
+                           settings=("config",))
     try:
         path = hf_hub_download(model_id, CONFIG_FILE)
     except (OSError, HfHubHTTPError, EntryNotFoundError, OfflineModeIsEnabled, ValueError) as exc:
         raise PlannerError(
             f"The planner needs {model_id}'s config.json and could not download it ({type(exc).__name__}).",
-            hint=_get_it_hint(model_id)) from exc
+            hint=_get_it_hint(model_id), settings=("config",)) from exc
     try:
         index: str | None = hf_hub_download(model_id, INDEX_FILE)
     except (OSError, HfHubHTTPError, EntryNotFoundError, ValueError):
@@ -119,8 +120,8 @@ def _from_hub(model_id: str) -> ModelConfigFile:
 
 
 def _get_it_hint(model_id: str) -> str:
-    return (f"Download it where there is network (`hf download {model_id} config.json`) and pass its path "
-            "(`plan --config PATH`, `plan_memory(..., config_path=PATH)`, or the Recipe tab's Planner inputs), "
+    return (f"Download it where there is network (`hf download {model_id} config.json`) and give its path "
+            "(`plan_memory(..., config_path=PATH)`, or the Recipe tab's Planner inputs), "
             "or copy the Hugging Face cache here.")
 
 
@@ -137,7 +138,8 @@ def read_model_config(model_id: str, *, config_path: str | Path | None = None,
         if path.is_dir():
             path = path / CONFIG_FILE
         if not path.is_file():
-            raise PlannerError(f"--config {config_path}: no such file.", hint=_get_it_hint(model_id))
+            raise PlannerError(f"The config.json {config_path}: no such file.", hint=_get_it_hint(model_id),
+                               settings=("config",))
         found = ModelConfigFile(model_id, _read_json(path), str(path),
                                 _index_total(folder / INDEX_FILE) if (folder / INDEX_FILE).is_file() else None)
     elif local_dir and (Path(local_dir) / CONFIG_FILE).is_file():
@@ -150,7 +152,7 @@ def read_model_config(model_id: str, *, config_path: str | Path | None = None,
             raise PlannerError(
                 f"The planner needs {model_id}'s config.json (layer counts, KV heads, Mamba state sizes); "
                 "it is not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE=1).",
-                hint=_get_it_hint(model_id))
+                hint=_get_it_hint(model_id), settings=("config",))
         else:
             found = _from_hub(model_id)
     _cache[key] = found

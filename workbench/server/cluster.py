@@ -346,8 +346,8 @@ class Cluster:
                     raise LaunchError(
                         f"The {len(self.nodes) + 1}-node deployment is not ready after {timeout:.0f} s "
                         f"(head: {self.head.status.value}; engines not reporting: {', '.join(missing) or 'none'}).",
-                        hint="It is still running; read the node logs (python -m workbench status --log 20) "
-                        "or stop it with python -m workbench stop.")
+                        hint=f"It is still running; read the node logs ({', '.join(str(n.log_path) for n in self.nodes)}, "
+                        f"{self.head.log_path}) or stop it.")
                 self._cond.wait(min(left, 0.5))
         if self._status is Status.READY:
             return self
@@ -355,7 +355,8 @@ class Cluster:
         if d is None:
             raise LaunchError("The multi-node deployment was stopped before it was ready.")
         logs = ", ".join([str(self.head.log_path), *(str(n.log_path) for n in self.nodes)])
-        raise LaunchError(f"The multi-node deployment failed: {d.summary}", hint=f"{d.fix}\nLogs: {logs}")
+        raise LaunchError(f"The multi-node deployment failed: {d.summary}", hint=f"{d.fix}\nLogs: {logs}",
+                          settings=d.settings)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> StopResult:
         """Stop every node (the head's stop stops the workers alongside it)."""

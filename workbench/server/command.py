@@ -169,17 +169,18 @@ def prepare(
     if plan.engine != "vllm":
         raise LaunchError(
             f"This plan is for {plan.engine}; the workbench renders TensorRT-LLM commands but launches only vLLM.",
-            hint="Copy the command from `python -m workbench render` and run it where TensorRT-LLM is installed.",
+            hint="Copy the rendered command and run it where TensorRT-LLM is installed.",
         )
     if getattr(plan, "worker_argvs", None):
         raise LaunchError("This is a multi-node plan: it needs its worker nodes too.",
-                          hint="Launch every node with python -m workbench serve --nodes N --workers HOST[,HOST...] "
-                          "(`local` for a worker on this machine), or run the rendered commands on each node.")
+                          hint="Name one worker host per worker node (`local` for a worker on this machine), "
+                          "or run the rendered commands on each node.", settings=("workers",))
     if plan.hardware != "cpu" and not nvidia_gpu_available():
         raise LaunchError(
             f"This plan is for {plan.hardware} GPUs, and this machine has no NVIDIA GPU (nvidia-smi not found or lists none).",
-            hint=f"The command can still be copied and run on the GPU machine: python -m workbench render "
-            f"--hardware {plan.hardware}. Here, serve the CPU demo engine: python -m workbench serve --hardware cpu.",
+            hint=f"The rendered command can still be copied and run on a machine with {plan.hardware} GPUs. "
+            "Here, serve the CPU demo engine: hardware `cpu`.",
+            settings={"hardware": "cpu"},
         )
     port = check_port_number(plan.port if port is None else port)
     chosen_host = host or flag_value(plan.argv, "--host") or DEFAULT_HOST
@@ -193,7 +194,7 @@ def prepare(
         if problem:
             raise LaunchError(f"Cannot run the plan with Docker: {problem}.",
                               hint="Start the Docker engine (e.g. `sudo systemctl start docker`), or run vLLM "
-                              "from this environment with --mode local.")
+                              "from this environment (launch mode local).", settings={"mode": "local"})
         name = f"workbench-vllm-{port}"
         argv, key = take_api_key(container_argv(plan, port, chosen_host, name))
         key = key or plan.env.get("VLLM_API_KEY")
@@ -205,13 +206,15 @@ def prepare(
         return ServeCommand("docker", argv, port, served, chosen_host, env, plan_dict, container_name=name,
                             api_key=key)
     if mode != "local":
-        raise LaunchError(f"Unknown launch mode {mode!r}.", hint="Use auto, local or docker (or attach a URL).")
+        raise LaunchError(f"Unknown launch mode {mode!r}.", hint="Use auto, local or docker (or attach a URL).",
+                          settings=("mode",))
 
     if plan.argv[:2] != ["vllm", "serve"] or len(plan.argv) < 3:
         raise LaunchError(f"The plan's command is not `vllm serve MODEL ...`: {plan.argv[:3]}")
     if python:
         if not Path(python).is_file():
-            raise LaunchError(f"--python {python} does not exist.", hint="Give the python of an environment with vLLM.")
+            raise LaunchError(f"The Python {python} does not exist.", hint="Give the python of an environment with vLLM.",
+                              settings=("python",))
         head = [str(python), "-m", "vllm.entrypoints.cli.main", "serve"]
     else:
         exe = vllm_executable()
@@ -219,7 +222,8 @@ def prepare(
             raise LaunchError(
                 "vLLM is not installed in this environment (no `vllm` beside this Python or on PATH).",
                 hint="Install it (pip install -e '.[cpu]' for the CPU engine, '.[gpu]' on a GPU machine), "
-                "point at another environment with --python /path/to/bin/python, or use --mode docker.",
+                "use the Python of another environment that has it, or launch with Docker.",
+                settings=("python", "mode"),
             )
         head = [exe, "serve"]
     model = plan.argv[2]

@@ -65,6 +65,7 @@ class Diagnosis:
     exit_code: int | None = None
     log_tail: list[str] = field(default_factory=list)
     known_issue: dict[str, Any] | None = None  # the recipe's known issue the log shows (KnownIssue.to_dict())
+    settings: dict[str, Any] = field(default_factory=dict)  # the workbench settings the fix changes (see errors)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +91,7 @@ class Rule:
     pattern: re.Pattern[str]
     summary: Callable[[re.Match[str]], str]
     fix: Callable[[re.Match[str]], str]
+    settings: tuple[str, ...] = ()  # the workbench settings the fix changes
 
 
 MatchText = Callable[[re.Match[str]], str]
@@ -101,8 +103,9 @@ def _as_fn(value: str | MatchText) -> MatchText:
     return lambda match: value
 
 
-def _rule(cause: Cause, pattern: str, summary: str | MatchText, fix: str | MatchText) -> Rule:
-    return Rule(cause, re.compile(pattern, re.MULTILINE), _as_fn(summary), _as_fn(fix))
+def _rule(cause: Cause, pattern: str, summary: str | MatchText, fix: str | MatchText,
+          settings: tuple[str, ...] = ()) -> Rule:
+    return Rule(cause, re.compile(pattern, re.MULTILINE), _as_fn(summary), _as_fn(fix), settings)
 
 
 _MEMORY_DOCS = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
@@ -137,8 +140,9 @@ RULES: tuple[Rule, ...] = (
         "address_in_use",
         r"\[Errno 98\] (?:error while attempting to bind on address .*: )?[Aa]ddress already in use",
         "The port is already taken by another process, so vLLM could not listen on it.",
-        "Stop the process holding the port (python -m workbench status shows servers the "
-        "workbench started) or choose another port with --server-port.",
+        "Stop the process holding the port (the workbench's server list shows those it started) "
+        "or choose another port for the server.",
+        ("server_port",),
     ),
     _rule(
         "missing_dependency",
@@ -225,8 +229,8 @@ RULES: tuple[Rule, ...] = (
         r"(?:Failed to infer device type|No CUDA GPUs are available|Found no NVIDIA driver|"
         r"NVIDIA driver on your system is too old|Torch not compiled with CUDA enabled)",
         "This vLLM build needs an NVIDIA GPU, and none is usable here.",
-        "Run the command on the GPU machine (copy it from the Recipe tab or `python -m workbench "
-        "render`), or serve the CPU demo engine here: python -m workbench serve --hardware cpu.",
+        "Run the command on the GPU machine (copy the rendered command), or serve the CPU demo engine "
+        "here: hardware `cpu`.",
     ),
     _rule(
         "invalid_config",
@@ -234,7 +238,7 @@ RULES: tuple[Rule, ...] = (
         "The model's config.json names a GGUF quantization_config, which vLLM cannot load from "
         "a safetensors directory.",
         "Remove the quantization_config entry from the model's config.json (for the CPU demo, "
-        "rebuild it: python -m workbench demo-model --force).",
+        "rebuild the demo model).",
     ),
     _rule(
         "invalid_config",
@@ -312,7 +316,8 @@ def _diagnose_by_rules(log_text: str, exit_code: int | None) -> Diagnosis:
             line_start = log_text.rfind("\n", 0, match.start()) + 1
             line_end = log_text.find("\n", match.end())
             evidence = log_text[line_start : line_end if line_end != -1 else None].strip()
-            return Diagnosis(rule.cause, rule.summary(match), rule.fix(match), evidence, exit_code, tail)
+            return Diagnosis(rule.cause, rule.summary(match), rule.fix(match), evidence, exit_code, tail,
+                             settings=dict.fromkeys(rule.settings))
     signal_name = _signal_name(exit_code) if exit_code is not None else None
     if signal_name:
         return Diagnosis(

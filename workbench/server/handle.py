@@ -348,7 +348,7 @@ class ServerProcess:
         known = (f"\nKnown issue: {d.known_issue['title']} ({d.known_issue['sources'][0]})"
                  if d.known_issue and d.known_issue.get("sources") else "")
         raise LaunchError(f"vllm serve on port {self.port} failed: {d.summary}",
-                          hint=f"{d.fix}{known}\nLog: {self.log_path}")
+                          hint=f"{d.fix}{known}\nLog: {self.log_path}", settings=d.settings)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> StopResult:
         """Staged stop of everything the runtime runs (an attached server is only

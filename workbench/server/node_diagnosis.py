@@ -71,31 +71,31 @@ def diagnose_node(log_text: str, *, rank: int, host: str, via: str, exit_code: i
         return Diagnosis(
             "wrong_interface", f"{where}: the socket interface {name} does not exist there "
             "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME).",
-            "Pass --iface with the interface that carries the link between the nodes and exists on every node "
+            "Name the network interface that carries the link between the nodes and exists on every node "
             "(`ip -br addr` lists them; on a DGX Spark `ibdev2netdev` shows the QSFP one as (Up)).",
-            _line_of(log_text, found), exit_code, tail)
+            _line_of(log_text, found), exit_code, tail, settings={"iface": None})
     found = _IN_USE.search(log_text)
     if found:
         port = _PORT.search(log_text)
         which = f"port {port.group(1) or port.group(2)}" if port else "a port it needs"
         return Diagnosis(
             "address_in_use", f"{where}: {which} is already in use.",
-            "Stop what holds it (an earlier run: python -m workbench stop), or leave --master-port and "
+            "Stop what holds it (an earlier deployment still running), or leave vLLM's --master-port and "
             "--data-parallel-rpc-port unset so the workbench picks free ones.",
             _line_of(log_text, found), exit_code, tail)
     found = _NO_VLLM.search(log_text) if via == "ssh" else None
     if found:
         return Diagnosis(
             "missing_dependency", f"{where}: the vllm command is not found by a non-interactive ssh shell.",
-            f"Install vLLM on {host}, or pass its path with --worker-vllm /path/to/venv/bin/vllm.",
-            _line_of(log_text, found), exit_code, tail)
+            f"Install vLLM on {host}, or give the path of the workers' vllm command (e.g. a venv's bin/vllm).",
+            _line_of(log_text, found), exit_code, tail, settings={"worker_vllm": None})
     found = _NO_HEAD.search(log_text)
     if found:
         return Diagnosis(
             "head_unreachable", f"{where} could not reach the head at {head_address or 'its address'}.",
-            "--head-address must be this machine's address on the link to the workers, and the firewall must "
-            "let the workers connect to it (the rendezvous ports and ephemeral ones).",
-            _line_of(log_text, found), exit_code, tail)
+            "The head's address must be this machine's address on the link to the workers, and the firewall "
+            "must let the workers connect to it (the rendezvous ports and ephemeral ones).",
+            _line_of(log_text, found), exit_code, tail, settings={"head_address": None})
     generic = diagnose(log_text, exit_code=exit_code)
     if generic.cause == "killed" or (generic.cause in ("unknown", "engine_died") and _by_signal(exit_code)):
         sig = _by_signal(exit_code) or "a signal"

@@ -103,16 +103,17 @@ def expected_engines(head_argv: Sequence[str]) -> list[str]:
 def _check_hosts(plan: PlanLike, workers: Sequence[str]) -> None:
     nodes = int(getattr(plan, "nodes", 1) or 1)
     if getattr(plan, "deploy_type", "single_node") != "multi_node" or nodes < 2:
-        raise InputError("--workers needs a multi-node plan.",
-                         hint="Add --nodes N (and a multi_node_* strategy, e.g. --strategy multi_node_tp_dp).")
+        raise InputError("Worker hosts need a multi-node plan.",
+                         hint="Plan two or more nodes, with a multi_node_* strategy (e.g. multi_node_tp_dp).",
+                         settings=("nodes", "strategy"))
     if len(workers) != nodes - 1:
-        raise InputError(f"--nodes {nodes} runs {nodes - 1} worker(s), but --workers names {len(workers)}.",
-                         hint=f"Name one host per worker: --workers {','.join(['HOST'] * (nodes - 1))} "
-                         "(`local` runs a worker on this machine).")
+        raise InputError(f"{nodes} nodes run {nodes - 1} worker(s), but {len(workers)} worker host(s) are named.",
+                         hint=f"Name one host per worker, {nodes - 1} in all (`local` runs a worker on this machine).",
+                         settings={"workers": ",".join(["HOST"] * (nodes - 1))})
     for host in workers:
         if host != LOCAL and not _HOST_RE.match(host):
             raise InputError(f"{host!r} is not a host name ssh can take.",
-                             hint="Give a host name, user@host or an address, or `local`.")
+                             hint="Give a host name, user@host or an address, or `local`.", settings=("workers",))
 
 
 def _fill(words: Sequence[str], head_address: str) -> list[str]:
@@ -120,7 +121,8 @@ def _fill(words: Sequence[str], head_address: str) -> list[str]:
     left = [w for w in out if is_shell_variable(w)]
     if left:
         raise InputError(f"The command still holds the placeholder(s) {', '.join(left)}.",
-                         hint="Render without them, or give their values (--head-address, --iface).")
+                         hint="Render without them, or give their values: the head's address and the network "
+                         "interface between the nodes.", settings=("head_address", "iface"))
     return out
 
 
@@ -133,11 +135,12 @@ def _fill_env(env: dict[str, str], iface: str | None, notes: list[str]) -> dict[
             value = iface
         if is_shell_variable(value):
             raise InputError(f"The environment variable {key}={value} is a placeholder.",
-                             hint=f"Set {key} to its value with --extra or in the recipe.")
+                             hint=f"Set {key} to its value in the extra vLLM flags or in the recipe.",
+                             settings=("extra",))
         out[key] = value
     if iface is None and any(env.get(k) == IFACE_NAME for k in _SOCKET_ENV):
-        notes.append("No --iface given: GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME are left unset, so Gloo and "
-                     "NCCL pick an interface themselves; name the link between the nodes with --iface.")
+        notes.append("No network interface named: GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME are left unset, so "
+                     "Gloo and NCCL pick one themselves; name the interface of the link between the nodes.")
     return out
 
 
@@ -168,8 +171,8 @@ def plan_cluster(
     if head_address is None:
         if remote:
             raise InputError(f"Worker(s) {', '.join(remote)} must reach the head: its address is needed.",
-                             hint="Pass --head-address with this machine's address on the link to the workers "
-                             "(`ip -br addr` lists them).")
+                             hint="Give the head's address: this machine's address on the link to the workers "
+                             "(`ip -br addr` lists them).", settings=("head_address",))
         head_address = "127.0.0.1"
     notes: list[str] = []
     env = _fill_env(dict(plan.env), iface, notes)

@@ -20,23 +20,24 @@ log = logging.getLogger("workbench.server")
 __all__ = ["PortHolder", "check_listen_address", "check_port_number", "free_port", "port_free", "port_holder"]
 
 
-def check_port_number(port: object, what: str = "--port") -> int:
+def check_port_number(port: object, what: str = "The server's port", setting: str = "server_port") -> int:
     """`port` if it is a TCP port a server can listen on (1-65535), else InputError."""
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise InputError(f"{what} {port} is not a TCP port (1-65535).",
-                         hint="Pick a free one, e.g. 8000 (vLLM's default) or 8001.")
+                         hint="Pick a free one, e.g. 8000 (vLLM's default) or 8001.", settings=(setting,))
     return port
 
 
-def check_listen_address(host: str, port: int) -> None:
+def check_listen_address(host: str, port: int, what: str = "The server's port", setting: str = "server_port") -> None:
     """InputError when `host` is no address of this machine (a typo, a name that does not
-    resolve), so it is not reported as a busy port later."""
-    check_port_number(port)
+    resolve), so it is not reported as a busy port later; `what`/`setting` name the port."""
+    check_port_number(port, what, setting)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError, ValueError) as exc:
-        raise InputError(f"--host {host!r} is not an address of this machine ({exc}).",
-                         hint="Use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its IPs.") from exc
+        raise InputError(f"The address {host!r} to listen on is not one of this machine's ({exc}).",
+                         hint="Use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its IPs.",
+                         settings=("host",)) from exc
     problem = "no address"
     for family, kind, proto, _, address in infos:
         with socket.socket(family, kind, proto) as s:
@@ -48,8 +49,9 @@ def check_listen_address(host: str, port: int) -> None:
                 if exc.errno == 98:  # EADDRINUSE: a real address, a busy port (reported by the caller)
                     return
                 problem = exc.strerror or str(exc)
-    raise InputError(f"--host {host!r} cannot be listened on here ({problem}).",
-                     hint="Use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its IPs.")
+    raise InputError(f"The address {host!r} cannot be listened on here ({problem}).",
+                     hint="Use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its IPs.",
+                     settings=("host",))
 
 
 @dataclass(frozen=True)

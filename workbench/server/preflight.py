@@ -6,6 +6,7 @@ Each check reports what it found and what to do when it fails; none raises.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 import logging
 import os
 import shutil
@@ -35,6 +36,7 @@ class EnvironmentCheck:
     status: CheckStatus
     found: str
     fix: str = ""
+    settings: tuple[str, ...] = ()  # the workbench settings `fix` is about (see workbench.errors)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -146,17 +148,18 @@ def weights_check(model_id: str, *, cache_dir: Path | None = None) -> Environmen
     from huggingface_hub.errors import CacheNotFound
 
     cache = cache_dir or hf_cache_dir()
-    fix = (f"Download it before the room arrives (the NVFP4 checkpoint is about 18 GB): "
-           f"`python -m workbench workshop --download --hardware dgx_spark_gb10`, or "
-           f"`hf download {model_id}`. vLLM downloads it at the first launch otherwise, which on a "
-           "shared workshop network can take most of the session.")
+    fix = (f"Download it before the room arrives (the NVFP4 checkpoint is about 18 GB) with the workshop's "
+           f"download, which shows progress, or `hf download {model_id}`. vLLM downloads it at the first "
+           "launch otherwise, which on a shared workshop network can take most of the session.")
+    missing = partial(EnvironmentCheck, "weights in the Hugging Face cache", "missing", fix=fix,
+                      settings=("download",))
     try:
         info = scan_cache_dir(cache)
     except CacheNotFound:
-        return EnvironmentCheck("weights in the Hugging Face cache", "missing", f"no cache at {cache}", fix)
+        return missing(f"no cache at {cache}")
     repo = next((r for r in info.repos if r.repo_id == model_id and r.repo_type == "model"), None)
     if repo is None:
-        return EnvironmentCheck("weights in the Hugging Face cache", "missing", f"{model_id} is not in {cache}", fix)
+        return missing(f"{model_id} is not in {cache}")
     best: tuple[int, int, int] = (0, 0, 0)  # (weight files, expected, bytes)
     for revision in repo.revisions:
         names = {f.file_name for f in revision.files}
@@ -180,8 +183,7 @@ def weights_check(model_id: str, *, cache_dir: Path | None = None) -> Environmen
     if present and present >= expected:
         return EnvironmentCheck("weights in the Hugging Face cache", "ok",
                                 f"{model_id}: {present} weight file(s), {size / 1e9:.1f} GB in {cache}")
-    return EnvironmentCheck("weights in the Hugging Face cache", "missing",
-                            f"{model_id} is only partly in {cache} ({present} of {expected or '?'} weight files)", fix)
+    return missing(f"{model_id} is only partly in {cache} ({present} of {expected or '?'} weight files)")
 
 
 def download_weights(model_id: str, *, progress: Callable[[str], None] | None = None,

@@ -113,8 +113,8 @@ def resolve_server_url(url: str | None, state_dir: Path | str | None = None) -> 
     if running is None:
         raise LaunchError(
             "No server URL given and no server started by the workbench is running.",
-            hint="Pass --url http://127.0.0.1:8000 of a running vLLM server, or start one with "
-            "`python -m workbench serve`.",
+            hint="Give the URL of a running vLLM server (e.g. http://127.0.0.1:8000), or start one.",
+            settings=("url",),
         )
     return running.base_url
 

@@ -18,7 +18,7 @@ from typing import Any
 import gradio as gr
 
 from workbench._version import __version__
-from workbench.errors import WorkbenchError
+from workbench.errors import InputError, WorkbenchError
 from workbench.metrics import SharedPoller
 from workbench.recipes import load_catalog, recipe_for_hardware
 from workbench.server.hardware import detect
@@ -185,10 +185,11 @@ def auth_from(value: str | None) -> tuple[str, str] | None:
     if not value:
         return None
     if ":" not in value:
-        raise WorkbenchError("--auth must look like user:password.", hint="For example --auth admin:a-long-secret")
+        raise InputError("The UI's login must look like user:password.", hint="For example admin:a-long-secret",
+                         settings=("auth",))
     user, password = value.split(":", 1)
     if not user.strip() or not password:
-        raise WorkbenchError("--auth needs both a user name and a password (user:password); one is empty.",
-                             hint="For example --auth admin:a-long-secret")
-    check_password(password, "The --auth", "--auth admin:a-long-secret")
+        raise InputError("The UI's login needs both a user name and a password (user:password); one is empty.",
+                         hint="For example admin:a-long-secret", settings=("auth",))
+    check_password(password, "The UI login's", "admin:a-long-secret", setting="auth")
     return user, password

@@ -13,7 +13,7 @@ import socket
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 
-from workbench.errors import InputError, WorkbenchError
+from workbench.errors import InputError
 from workbench.server.ports import check_listen_address
 
 __all__ = ["LOOPBACK_HOSTS", "MIN_PASSWORD", "ROOM_CODE_ENV", "PRESENTER_AUTH_ENV", "WorkshopSettings",
@@ -26,11 +26,11 @@ MIN_ROOM_CODE = 4
 MIN_PASSWORD = 8
 
 
-def check_password(password: str, what: str, example: str) -> None:
-    """Refuse a login password short enough to guess (the presenter's, the UI's --auth)."""
+def check_password(password: str, what: str, example: str, setting: str) -> None:
+    """Refuse a login password short enough to guess (the presenter's, the UI's login)."""
     if len(password) < MIN_PASSWORD:
         raise InputError(f"{what} password is {len(password)} characters long; it must be at least {MIN_PASSWORD}.",
-                         hint=f"Choose a longer one, e.g. {example}")
+                         hint=f"Choose a longer one, e.g. {example}", settings=(setting,))
 
 
 @dataclass(frozen=True)
@@ -60,26 +60,27 @@ class WorkshopSettings:
 
     def check(self) -> None:
         """Refuse a room anyone on the network could use without the code, or drive without the login."""
-        check_listen_address(self.host, self.port)
+        check_listen_address(self.host, self.port, "The app's port", setting="app_port")
         if self.trusted_proxy is not None:
             try:
                 ipaddress.ip_address(self.trusted_proxy)
             except ValueError:
-                raise InputError(f"--trusted-proxy {self.trusted_proxy!r} is not an IP address.",
-                                 hint="Give the address your reverse proxy connects from, e.g. 127.0.0.1.") from None
+                raise InputError(f"The trusted proxy {self.trusted_proxy!r} is not an IP address.",
+                                 hint="Give the address your reverse proxy connects from, e.g. 127.0.0.1.",
+                                 settings=("trusted_proxy",)) from None
         if self.room_code is not None and len(self.room_code) < MIN_ROOM_CODE:
             raise InputError(f"The room code must be at least {MIN_ROOM_CODE} characters long.",
-                             hint=f"Choose a longer one (--room-code or {ROOM_CODE_ENV}).")
+                             hint=f"Choose a longer one (or set {ROOM_CODE_ENV}).", settings=("room_code",))
         if not self.exposed:
             return
         missing = [what for what, value in (("a room code", self.room_code), ("a presenter login", self.presenter_auth))
                    if value is None]
         if missing:
-            raise WorkbenchError(
+            raise InputError(
                 f"Refusing to serve the workshop on {self.host} without {' and '.join(missing)}: anyone who can "
                 "reach this machine could chat with the model, or start and stop its server.",
-                hint=f"Set {ROOM_CODE_ENV} and {PRESENTER_AUTH_ENV}=user:password (or pass --room-code and "
-                "--presenter-auth), or bind 127.0.0.1.")
+                hint=f"Set {ROOM_CODE_ENV} and {PRESENTER_AUTH_ENV}=user:password (or give a room code and a "
+                "presenter login), or bind 127.0.0.1.", settings=("room_code", "presenter_auth"))
 
 
 def _presenter_auth(value: str | None) -> tuple[str, str] | None:
@@ -88,8 +89,10 @@ def _presenter_auth(value: str | None) -> tuple[str, str] | None:
     user, sep, password = value.partition(":")
     if not sep or not user or not password:
         raise InputError("The presenter login must look like user:password.",
-                         hint=f"For example {PRESENTER_AUTH_ENV}=presenter:some-long-password")
-    check_password(password, "The presenter's", f"{PRESENTER_AUTH_ENV}=presenter:some-long-password")
+                         hint=f"For example {PRESENTER_AUTH_ENV}=presenter:some-long-password",
+                         settings=("presenter_auth",))
+    check_password(password, "The presenter's", f"{PRESENTER_AUTH_ENV}=presenter:some-long-password",
+                   setting="presenter_auth")
     return user, password
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from workbench.chat.tools.mcp_source import DEFAULT_MCP_CALL_TIMEOUT_S, McpServerSpec, McpToolSource
 from workbench.chat.tools.registry import ToolRegistry
-from workbench.errors import WorkbenchError
+from workbench.errors import InputError, WorkbenchError
 
 __all__ = ["McpConnections"]
 
@@ -45,7 +45,7 @@ class McpConnections:
         with self._lock:
             known = self._sources.get(spec.label)
             if known is None and len(self._sources) >= MAX_SERVERS:
-                raise WorkbenchError(f"This chat already uses {MAX_SERVERS} MCP servers.",
+                raise InputError(f"This chat already uses {MAX_SERVERS} MCP servers.",
                                      hint="Remove one before adding another.")
         if known is None:
             known = McpToolSource(spec, call_timeout_s=self.call_timeout_s,
