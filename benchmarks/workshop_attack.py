@@ -107,8 +107,9 @@ def attack_takeover(base: str) -> None:
         report(all(r.status_code == 400 and COOKIE not in r.cookies for r in refused),
                f"takeover: 5 sign-ins as the victim's name (case, fullwidth, Cyrillic 'с') -> "
                f"{[r.status_code for r in refused]}, no session given")
+        changed = cookie[:-1] + ("B" if cookie.endswith("A") else "A")  # never the cookie itself (1 in 64)
         forged = [attacker.get("/", headers={"Cookie": f"{COOKIE}={value}"}).status_code
-                  for value in ("VmljdGlt", "VmljdGlt.AAAA", cookie[:-1] + "A", "x" * 43)]
+                  for value in ("VmljdGlt", "VmljdGlt.AAAA", changed, "x" * 43)]
         report("Victim" not in cookie and all(code == 303 for code in forged),
                f"forged cookies (the name's base64, a signature guess, one character changed) -> {forged} (to /join)")
 

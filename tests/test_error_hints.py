@@ -19,7 +19,7 @@ from workbench.server.page_flags import parse_help
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "workbench"
-VLLM_HELP = ROOT.parent / "shared" / "fixtures" / "vllm-0.32.0-cpu" / "vllm_serve_help_all.txt"
+VLLM_HELP = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu" / "vllm_serve_help_all.txt"
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # Settings the library may name that no subcommand has a flag for (a UI-only or API-only value).
 SETTINGS_WITHOUT_A_FLAG = {"prompts"}
@@ -123,6 +123,9 @@ def test_the_hint_names_the_flags_of_the_command_that_ran() -> None:
     assert command_line_hint(error.settings, commands["workshop"], ["workshop"]) == \
         "On the command line: --server-port, --port."
     assert command_line_hint({"room_code": None}, commands["bench"], ["bench"]) is None
+    # `experiment --config` is a configuration, not the planner's config.json.
+    assert command_line_hint({"config": None}, commands["plan"], ["plan"]) == "On the command line: --config."
+    assert command_line_hint({"config": None}, commands["experiment"], ["experiment"]) is None
 
 
 def test_known_values_give_the_whole_command_back_but_never_a_secret() -> None:

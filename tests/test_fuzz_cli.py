@@ -255,7 +255,7 @@ REFUSED = [
     (["metrics", "--url", f"http://127.0.0.1:{CLOSED_PORT}", "--csv", "/nonexistent/x.csv"], "does not exist"),
     (["metrics", "--url", f"http://127.0.0.1:{CLOSED_PORT}", "--count", "0"], "too small"),
     (["bench", "--url", "http://999.1.1.1"], "999.1.1.1"),
-    (["experiment", "--hardware", "cpu", "--spec", "off,mtp"], "valid --spec values here: off, ngram"),
+    (["experiment", "--hardware", "cpu", "--spec", "off,mtp"], "valid modes here: off, ngram.\non the command line: --spec."),
     (["experiment", "--hardware", "cpu", "--spec", "off", "--concurrency", "0,4"], "from 1 to"),
     (["experiment", "--hardware", "cpu", "--config", "nocolon"], "LABEL:SPEC"),
     (["experiment", "--hardware", "cpu", "--spec", "off", "--dataset", "/nonexistent/x.jsonl"], "Cannot read"),

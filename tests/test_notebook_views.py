@@ -246,7 +246,7 @@ def test_picker_shows_the_planner_for_the_demo_and_asks_for_config_json_on_spark
     assert picker.memory is not None and picker.memory.kv_cache_tokens == 46592
     assert "CPU KV cache size: 46,592 tokens" in picker.planner.value and "<table" in picker.planner.value
     picker.hardware.value = "dgx_spark_gb10"
-    assert picker.memory is None and "config.json" in picker.planner.value and "--config" in picker.planner.value
+    assert picker.memory is None and "config.json" in picker.planner.value and "config_path=PATH" in picker.planner.value
     assert "Known issue: --kv-cache-dtype fp8 makes engine initialisation fail" in picker.summary.value
 
 

@@ -44,7 +44,6 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "features": "--features",
     "resume": "--resume",
     "download": "--download",
-    "config": "--config",  # the plan command's config.json
     # which server, and how it is launched
     "url": "--url",
     "hardware": "--hardware",
@@ -74,6 +73,7 @@ SECRET_FLAGS = ("--auth", "--api-key", "--presenter-auth", "--room-code")
 # Settings whose flag is spelled alike elsewhere with another meaning: only these commands.
 FLAG_IN_COMMANDS: dict[str, dict[str, str]] = {
     "app_port": {"ui": "--port", "workshop": "--port"},  # `serve --port` is the old spelling of --server-port
+    "config": {"plan": "--config"},  # the checkpoint's config.json; `experiment --config` is a configuration
 }
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
