@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -145,6 +146,22 @@ def test_docker_argv_publishes_on_loopback_and_expands_the_cache_mount():
 
 
 # ── ports ───────────────────────────────────────────────────────────────────
+
+
+def test_a_socket_shared_with_a_child_is_named_by_the_process_that_opened_it():
+    # A child that inherits a listening socket holds it too (a forked worker, or the instant
+    # between fork and exec); the holder to name is the one that opened it.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        child = subprocess.Popen(["sleep", "30"], pass_fds=(listener.fileno(),))
+        try:
+            found = server.port_holder(port)
+            assert found is not None and found.pid == os.getpid()
+        finally:
+            child.kill()
+            child.wait()
 
 
 def test_a_busy_port_is_refused_before_anything_starts_naming_the_holder(tmp_path):

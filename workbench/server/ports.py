@@ -74,10 +74,27 @@ def port_holder(port: int) -> PortHolder | None:
     listening = [c for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
     if not listening:
         return None
-    for conn in listening:
-        if conn.pid:
-            return PortHolder(conn.pid, cmdline(conn.pid))
-    return PortHolder(None, "a process this user cannot see (another user's, or a container)")
+    pid = next((conn.pid for conn in listening if conn.pid), None)
+    if pid is None:
+        return PortHolder(None, "a process this user cannot see (another user's, or a container)")
+    # The socket table names one process per socket; a child that inherited it (a forked
+    # worker, or the instant between fork and exec) may be the one named. Name the
+    # ancestor that holds it too: the process that opened it.
+    while (parent := _parent_listening(pid, port)) is not None:
+        pid = parent
+    return PortHolder(pid, cmdline(pid))
+
+
+def _parent_listening(pid: int, port: int) -> int | None:
+    try:
+        parent = psutil.Process(pid).parent()
+        if parent is None:
+            return None
+        held = parent.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    return parent.pid if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                             for c in held) else None
 
 
 def port_free(host: str, port: int) -> bool:
