@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import socket
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import psutil
 
@@ -71,7 +72,7 @@ def port_holder(port: int) -> PortHolder | None:
     except psutil.Error as exc:  # e.g. macOS without privileges
         log.info("cannot read the socket table (%s); the port's holder is unknown", exc)
         return None
-    listening = [c for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    listening = [c for c in conns if _listens_on(c, port)]
     if not listening:
         return None
     pid = next((conn.pid for conn in listening if conn.pid), None)
@@ -93,8 +94,16 @@ def _parent_listening(pid: int, port: int) -> int | None:
         held = parent.net_connections(kind="tcp")
     except psutil.Error:
         return None
-    return parent.pid if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-                             for c in held) else None
+    return parent.pid if any(_listens_on(c, port) for c in held) else None
+
+
+class _Connection(Protocol):  # psutil's system-wide and per-process connection tuples
+    status: str
+    laddr: Any
+
+
+def _listens_on(conn: _Connection, port: int) -> bool:
+    return conn.status == psutil.CONN_LISTEN and bool(conn.laddr) and conn.laddr.port == port
 
 
 def port_free(host: str, port: int) -> bool:
