@@ -52,6 +52,8 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "host": "--host",
     "server_port": "--server-port",
     "extra": "--extra",
+    "rehearsal": "--rehearsal",
+    "ignore_known_issues": "--ignore-known-issue",
     "model": "--model",
     "context_length": "--context-length",
     # multi-node

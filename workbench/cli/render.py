@@ -13,6 +13,7 @@ from typing import Any
 
 from workbench.cli.checks import DeprecatedSpelling, at_least, check_extra_quoting, port_number
 from workbench.server import hardware
+from workbench.server.machine import machine_facts
 from workbench.errors import SelectionError
 from workbench.recipes import DEFAULT_PORT, Catalog, LaunchPlan, Selection, load_catalog, render
 
@@ -53,6 +54,12 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, port: str | None
     g.add_argument("--iface", metavar="NAME",
                    help="multi-node: the interconnect's network interface, e.g. enp1s0f1np1 "
                    "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME; `ip -br addr` lists them)")
+    g.add_argument("--rehearsal", action="store_true",
+                   help="serve the recipe's command with its tiny local stand-in model (Nemotron: a random-weight "
+                   "Nemotron-H built here in seconds), swapping only the flags that need the real checkpoint or a "
+                   "kernel this machine lacks (each swap and its reason in the flag table)")
+    g.add_argument("--ignore-known-issue", action="append", default=[], dest="ignore_known_issues", metavar="ID",
+                   help="render a command even though the known problem ID makes its failure certain (may repeat)")
     g.add_argument("--extra", action="append", default=[], metavar='"FLAGS"',
                    help="extra vllm serve flags, last and winning (may repeat); split like shell words, so "
                    "JSON needs single quotes inside: --extra \"--speculative-config '{\\\"method\\\": ...}'\"; "
@@ -61,9 +68,12 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, port: str | None
 
 def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Selection:
     """Build a Selection; with neither --recipe, --preset nor --hardware, use the detected hardware."""
-    hw = args.hardware
+    hw, detected = args.hardware, None
     if hw is None and not args.recipe and not args.preset:
         hw = (detect or hardware.detect)()
+    elif hw is None and not args.preset:
+        detected = (detect or hardware.detect)()  # used when the recipe runs on this machine
+    rehearsal = bool(getattr(args, "rehearsal", False))
     if args.nodes is not None and args.nodes < 1:
         raise SelectionError(f"--nodes must be at least 1, got {args.nodes}")
     check_extra_quoting(args.extra or [])
@@ -82,6 +92,11 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         preset=args.preset,
         head_address=args.head_address,
         iface=args.iface,
+        detected_hardware=detected,
+        rehearsal=rehearsal,
+        # What this machine's vLLM has decides a rehearsal's swaps (read once per vLLM version).
+        machine=machine_facts(progress=lambda line: print(line, file=sys.stderr)) if rehearsal else None,
+        ignore_known_issues=list(getattr(args, "ignore_known_issues", None) or []),
     )
 
 
@@ -123,6 +138,8 @@ def _explain(plan: LaunchPlan, *, docker: bool = False) -> str:
         lines.append(f"fallback: {f.choice} {f.asked!r} -> {used}: {f.reason}")
     for n in plan.notes:
         lines.append(f"note: {n}")
+    for swap in plan.rehearsal_swaps:
+        lines.append(f"rehearsal: {swap.line()}")
     for issue in plan.known_issues:
         lines.append(f"known issue: {issue.title} [{issue.matched}]. {issue.change} "
                      f"Sources: {' '.join(issue.sources)}")

@@ -41,9 +41,7 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
-        names = {f.name for f in dataclasses.fields(Selection)}
-        selection = Selection(**{k: v for k, v in (data.get("selection") or {}).items() if k in names})
-        return cls(label=str(data["label"]), selection=selection)
+        return cls(label=str(data["label"]), selection=Selection.from_dict(data.get("selection") or {}))
 
 
 def _spec_modes(base: Selection, catalog: Catalog) -> list[str]:

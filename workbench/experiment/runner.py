@@ -40,15 +40,41 @@ from workbench.server.command import PlanLike
 from workbench.server.hardware import detect_hardware
 from workbench.server.page_flags import vllm_flag_table
 
-__all__ = ["PER_REQUEST_SPEC_FLAG", "ExperimentProgress", "estimate_seconds", "machine_facts", "new_experiment",
+__all__ = ["PACES", "PER_REQUEST_SPEC_FLAG", "ExperimentProgress", "Pace", "estimate_seconds", "guess_pace",
+           "machine_facts", "new_experiment",
            "plan_lines", "run_experiment"]
 
 log = logging.getLogger("workbench.experiment")
 
 PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
-# Guesses for the plan's estimate before anything is measured; replaced by measured figures as levels finish.
-_GUESS_LAUNCH_S = 45.0
-_GUESS_DECODE_TPS = 25.0
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A guess for the plan's estimate before anything is measured (per-user decode at concurrency 1,
+    seconds to start a server), what it is based on; replaced by measured figures as levels finish."""
+
+    decode_tps: float
+    launch_s: float
+    basis: str
+
+
+# Measured with the SmolLM2 demo recipe: on this project's 2-core CI machine (vLLM's CPU build), and on an
+# H100 80GB with vLLM 0.26.0 (tests/fixtures/vllm-0.26.0-cuda-h100/: 52 tok/s eager, 693 with CUDA graphs;
+# ready in 50-60 s warm, 90-125 s with torch.compile and graph capture).
+PACES = {
+    "cpu": Pace(25.0, 45.0, "vLLM's CPU build, eager"),
+    "gpu_eager": Pace(50.0, 60.0, "a GPU, eager"),
+    "gpu_graphs": Pace(600.0, 100.0, "a GPU with CUDA graphs"),
+}
+
+
+def guess_pace(machine_hardware: str | None, config: ExperimentConfig) -> Pace:
+    """The pace to guess for `config` on this machine: the CPU's, or a GPU's (eager or with CUDA graphs)."""
+    if (machine_hardware or "cpu") == "cpu" or config.selection.hardware == "cpu":
+        return PACES["cpu"]
+    extra = " ".join(config.selection.extra)
+    return PACES["gpu_eager"] if "--enforce-eager" in extra.split() else PACES["gpu_graphs"]
 
 
 @dataclass(frozen=True)
@@ -119,9 +145,10 @@ def _level_seconds(settings: ExperimentSettings, workload: Workload, concurrency
     return rounds * _output_tokens(workload, settings) / (decode_tps / math.sqrt(concurrency))
 
 
-def estimate_seconds(result: ExperimentResult, decode_tps: float = _GUESS_DECODE_TPS,
-                     launch_s: float = _GUESS_LAUNCH_S) -> float:
-    """Time left: each configuration's launch and its levels not yet done (a rough guess, said so)."""
+def estimate_seconds(result: ExperimentResult, decode_tps: float | None = None,
+                     launch_s: float | None = None) -> float:
+    """Time left: each configuration's launch and its levels not yet done. Measured figures where
+    given (`decode_tps`, `launch_s`), else each configuration's guessed pace on this machine."""
     total = 0.0
     for c in result.configs:
         if c.status in ("done", "failed"):
@@ -129,8 +156,10 @@ def estimate_seconds(result: ExperimentResult, decode_tps: float = _GUESS_DECODE
         todo = [n for n in result.settings.concurrency if n not in c.done_levels()]
         if not todo:
             continue
-        total += 0.0 if result.settings.attach_url else launch_s
-        total += sum(_level_seconds(result.settings, result.workload, n, decode_tps) for n in todo)
+        pace = guess_pace(result.machine.get("hardware"), c.config)
+        total += 0.0 if result.settings.attach_url else (launch_s or pace.launch_s)
+        total += sum(_level_seconds(result.settings, result.workload, n, decode_tps or pace.decode_tps)
+                     for n in todo)
     return total
 
 
@@ -149,8 +178,12 @@ def plan_lines(result: ExperimentResult) -> list[str]:
         state = f" [{c.status}{', levels done: ' + ', '.join(map(str, done)) if done else ''}]" \
             if c.status != "pending" else ""
         lines.append(f"  {c.label}{state}")
-    lines.append(f"Estimate: about {_clock(estimate_seconds(result))} (a guess of {_GUESS_DECODE_TPS:g} tok/s per user "
-                 f"at concurrency 1 and {_GUESS_LAUNCH_S:g} s per launch; the ETA is refined as levels finish).")
+    paces = sorted({guess_pace(result.machine.get("hardware"), c.config) for c in result.configs},
+                   key=lambda p: p.decode_tps)
+    guess = "; ".join(f"{p.decode_tps:g} tok/s per user at concurrency 1 and {p.launch_s:g} s per launch on "
+                      f"{p.basis}" for p in paces)
+    lines.append(f"Estimate: about {_clock(estimate_seconds(result))} (a guess of {guess}, measured with the "
+                 f"SmolLM2 demo model; the ETA is refined as levels finish).")
     return lines
 
 
@@ -195,7 +228,7 @@ class _Run:
              done: int = 0, total: int | None = None, message: str = "") -> None:
         if self.progress is None:
             return
-        eta = estimate_seconds(self.result, self.measured_tps or _GUESS_DECODE_TPS, self.launch_s or _GUESS_LAUNCH_S)
+        eta = estimate_seconds(self.result, self.measured_tps, self.launch_s)
         self.progress(ExperimentProgress(c.label, index, len(self.result.configs), concurrency, level,
                                          len(self.result.settings.concurrency), phase, done, total, eta, message))
 

@@ -11,11 +11,16 @@ rendered argv, the hardware and the image, nothing else.
     flags: {flag: condition}           on the rendered argv (canonical flag spelling):
         true / false                   present / absent
         "regex"                        the value matches in full ("" for a switch)
+        {other_than: "regex"}          absent, or a value that does not match in full
         {above|below|at_least|at_most: number, default: value}
                                        a number; `default` is vLLM's value when absent
     images: [glob patterns]            the plan's docker image
     vllm: "specifier"                  the version in the image tag (`v0.28.0`); an
                                        image whose tag names none may be affected
+
+An entry that says `certain: true` is no risk but a certain failure wherever its `when`
+holds: render refuses the command with the change to make (as SGLang refuses a server
+argument it knows will fail), unless the selection names the entry in `ignore_known_issues`.
 
 An entry with `check: <name>` is decided by the memory planner (it needs numbers a
 render does not have); render leaves it out, the planner and the diagnosis use it.
@@ -36,10 +41,11 @@ from packaging.version import InvalidVersion, Version
 from workbench.recipes.argv import canonical_flag, flag_values
 from workbench.recipes.catalog import HardwareProfile, Recipe
 
-__all__ = ["NUMERIC_TESTS", "PLANNER_CHECKS", "KnownIssue", "known_issue_entries", "log_known_issue",
+__all__ = ["NUMERIC_TESTS", "OTHER_THAN", "PLANNER_CHECKS", "KnownIssue", "known_issue_entries", "log_known_issue",
            "matching_known_issues"]
 
 NUMERIC_TESTS = ("above", "below", "at_least", "at_most")
+OTHER_THAN = "other_than"
 # Checks decided outside a render: the memory planner's (workbench.planner), and the
 # benchmark's session workloads (workbench.bench.cache_check, from the server's /metrics).
 PLANNER_CHECKS = ("mamba_cache_blocks", "session_prefix_cache")
@@ -59,6 +65,7 @@ class KnownIssue:
     reported: str = ""
     check: str | None = None
     matched: str = ""
+    certain: bool = False  # the plan cannot start: render refuses it unless told to ignore this entry
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -85,6 +92,7 @@ def _entry(raw: Mapping[str, Any], matched: str = "") -> KnownIssue:
         reported=str(raw.get("reported", "")),
         check=raw.get("check"),
         matched=matched,
+        certain=bool(raw.get("certain", False)),
     )
 
 
@@ -111,6 +119,8 @@ def _flag_ok(flags: Mapping[str, str | None], flag: str, cond: Any) -> bool:
     value = flags.get(flag)
     if isinstance(cond, str):
         return present and re.fullmatch(cond, value or "") is not None
+    if isinstance(cond, Mapping) and OTHER_THAN in cond:
+        return not present or re.fullmatch(str(cond[OTHER_THAN]), value or "") is None
     if isinstance(cond, Mapping):
         number = _number(value) if present else _number(cond.get("default"))
         if number is None:
@@ -125,6 +135,9 @@ def _describe_flag(flag: str, cond: Any, flags: Mapping[str, str | None]) -> str
     if cond is False:
         return f"no {flag}"
     value = flags.get(flag)
+    if isinstance(cond, Mapping) and OTHER_THAN in cond:
+        shown = re.sub(r"^\(\?\w+\)", "", str(cond[OTHER_THAN]))  # the regex's inline flags say nothing to a reader
+        return f"{flag} {value}" if flag in flags and value else f"no {flag} {shown}"
     if flag not in flags:
         return f"{flag} at vLLM's default {cond.get('default')}" if isinstance(cond, Mapping) else flag
     return f"{flag} {value}" if value else flag

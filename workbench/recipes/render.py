@@ -19,10 +19,16 @@ win without merge code:
 
 A preset replaces layers 1-7 by one verbatim command from the model card
 ("preset:<name>"); layers 6 and 8 still apply.
+
+Then, for a rehearsal (`Selection.rehearsal`), the flags that need the real checkpoint or a
+kernel the machine lacks are swapped ("rehearsal", workbench.recipes.rehearsal), and last a
+known problem whose failure the command makes certain stops the render (SelectionError with
+the change), unless `Selection.ignore_known_issues` names it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +39,9 @@ from workbench.recipes.catalog import Catalog, HardwareProfile, Preset, Recipe, 
 from workbench.recipes.known_issues import matching_known_issues
 from workbench.recipes.loading import load_catalog
 from workbench.recipes.multinode import HEAD_IP, IFACE_NAME, node_parallel_args
+from workbench.errors import SelectionError
 from workbench.recipes.plan import DEFAULT_PORT, Fallback, LaunchPlan, Selection, split_extra_flags
+from workbench.recipes.rehearsal import REHEARSAL_LAYER, MachineFacts, rehearse
 from workbench.recipes.resolve import (
     Resolver,
     feature_mode,
@@ -95,14 +103,56 @@ def render(selection: Selection | None = None, catalog: Catalog | None = None) -
     hw = resolve_hardware(r, recipe, preset)
     variant_name = resolve_variant(r, recipe, hw, preset)
     if preset is not None:
-        return _render_preset(r, recipe, preset, hw, variant_name)
-    variant = recipe.variants[variant_name]
-    strategy, nodes = resolve_strategy(r, recipe, hw)
-    features = resolve_features(r, recipe, strategy)
-    spec_mode = resolve_spec(r, recipe, features, variant_name, variant, hw)
-    tp = tensor_parallel_size(recipe, variant, hw, strategy, nodes)
-    res = _Resolved(recipe, hw, variant_name, variant, strategy, nodes, features, spec_mode, tp)
-    return _recipe_plan(r, res)
+        plan = _render_preset(r, recipe, preset, hw, variant_name)
+    else:
+        variant = recipe.variants[variant_name]
+        strategy, nodes = resolve_strategy(r, recipe, hw)
+        features = resolve_features(r, recipe, strategy)
+        spec_mode = resolve_spec(r, recipe, features, variant_name, variant, hw)
+        tp = tensor_parallel_size(recipe, variant, hw, strategy, nodes)
+        res = _Resolved(recipe, hw, variant_name, variant, strategy, nodes, features, spec_mode, tp)
+        plan = _recipe_plan(r, res)
+    if sel.rehearsal:
+        plan = _rehearsal_plan(plan, recipe, hw, sel.machine or MachineFacts(), sel.ignore_known_issues)
+    _refuse_certain_failures(plan, sel)
+    return plan
+
+
+def _rehearsal_plan(plan: LaunchPlan, recipe: Recipe, hw: HardwareProfile, facts: MachineFacts,
+                    ignore: Sequence[str]) -> LaunchPlan:
+    """The plan served with the recipe's local stand-in checkpoint, every swap said."""
+    build = recipe.rehearsal_build
+    if build is None:
+        with_one = ", ".join(sorted(r.id for r in load_catalog().recipes.values() if r.rehearsal_build))
+        raise SelectionError(f"{recipe.title} has no rehearsal model: it is served as it is.",
+                             hint=f"Leave out the rehearsal; recipes with one: {with_one or '(none)'}.",
+                             settings=("rehearsal",))
+    if plan.engine != "vllm" or hw.is_cpu:
+        raise SelectionError(f"A rehearsal serves the vLLM command on an NVIDIA GPU; this plan is for "
+                             f"{plan.engine} on {hw.id}.", hint="Pick an NVIDIA hardware and a vLLM command.",
+                             settings=("rehearsal", "hardware"))
+    argv, env, swaps = rehearse(plan.argv, plan.env, facts, hardware=hw.id, generation=hw.generation,
+                                head_length=plan.command_head_length, ignore_known_issues=ignore)
+    provenance = {flag: layer for flag, layer in plan.provenance.items() if flag in argv}
+    notes = [*plan.notes, f"Rehearsal: the recipe's command with the local stand-in {build} (a tiny random-weight "
+             f"model of the same architecture, built here) served as {plan.served_model_name}; "
+             f"{len(swaps)} flag(s) swapped, each with its reason in the flag table."]
+    return dataclasses.replace(
+        plan, argv=argv, env=env, provenance=provenance, notes=notes, local_build=build, rehearsal_swaps=swaps,
+        docker_argv=docker_run_argv(argv, env, plan.docker_image, hw, plan.port),
+        known_issues=matching_known_issues(recipe, hw, argv, plan.docker_image),
+        selection={**plan.selection, "rehearsal": True, "machine": facts.to_dict()})
+
+
+def _refuse_certain_failures(plan: LaunchPlan, sel: Selection) -> None:
+    certain = [k for k in plan.known_issues if k.certain and k.id not in sel.ignore_known_issues]
+    if not certain:
+        return
+    k = certain[0]
+    raise SelectionError(
+        f"This command cannot start: {k.title} ({k.matched}).",
+        hint=f"{k.change} To render it anyway, ignore known issue {k.id}.",
+        settings={"extra": None, "ignore_known_issues": k.id})
 
 
 def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
@@ -244,6 +294,7 @@ def _echo(recipe: Recipe, hw: str, variant: str, strategy: str | None, nodes: in
         "served_model_name": sel.served_model_name,
         "max_model_len": sel.max_model_len,
         "extra": list(sel.extra),
+        "rehearsal": sel.rehearsal,
         "asked": sel.to_dict(),
     }
 

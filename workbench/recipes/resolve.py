@@ -339,7 +339,7 @@ def single_node_tp(recipe: Recipe, variant: Mapping[str, Any], hw: HardwareProfi
 
 
 def resolve_hardware(r: Resolver, recipe: Recipe, preset: Preset | None) -> HardwareProfile:
-    """Explicit hardware > the preset's > the recipe's default."""
+    """Explicit hardware > the preset's > this machine's (when the recipe runs on it) > the recipe's default."""
     sel, c = r.sel, r.c
     hw_default = default_hardware(c, recipe)
     if sel.hardware:
@@ -351,6 +351,8 @@ def resolve_hardware(r: Resolver, recipe: Recipe, preset: Preset | None) -> Hard
         hw_id = r.choose("hardware", sel.hardware, compatible, list(c.hardware), hw_default, why)
     elif preset and preset.hardware and preset.hardware[0] in c.hardware:
         hw_id = preset.hardware[0]
+    elif sel.detected_hardware in c.hardware and hardware_supported(recipe, c.hardware[sel.detected_hardware]):
+        hw_id = str(sel.detected_hardware)  # this machine's, when the recipe runs on it
     else:
         hw_id = hw_default
     if preset and preset.hardware and hw_id not in preset.hardware:
