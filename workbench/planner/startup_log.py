@@ -128,7 +128,7 @@ def startup_memory(log_text: str) -> StartupMemory:
     """Every memory figure a vLLM start-up log holds (the last of each)."""
     version = None
     for pattern in _VERSION_LINES:
-        m = pattern.search(log_text)
+        m = _last(pattern, log_text)
         if m:
             version = m.group("v")
             break
