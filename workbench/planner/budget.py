@@ -145,7 +145,8 @@ def kv_budget(arch: Architecture, settings: ServingSettings, total_bytes: int, w
     activation_why = non_torch_why = ""
     if overhead_gib is not None:
         activation, non_torch, graph_bytes = int(overhead_gib * GIB), 0, 0
-        how = f"{memory_gib:.2f} GiB x {settings.gpu_memory_utilization:g}, less the weights and {overhead_gib:g} GiB given"
+        how = (f"{round(memory_gib, 2):g} GiB x {settings.gpu_memory_utilization:g}, less the weights and "
+               f"{overhead_gib:g} GiB given")
     else:
         sm_count = gpu.sm_count if gpu else DEFAULT_SM_COUNT
         forward, sampler = forward_peak_bytes(arch, settings), sampler_peak_bytes(arch, settings, sm_count)
@@ -158,7 +159,7 @@ def kv_budget(arch: Architecture, settings: ServingSettings, total_bytes: int, w
         non_torch_why = VLLM_PROFILE_MEASURED_ON if on_gpu else ""
         graphs = cuda_graph_count(settings)
         graph_bytes = graphs * CUDA_GRAPH_BYTES_PER_GRAPH
-        how = (f"estimate: {memory_gib:.2f} GiB x {settings.gpu_memory_utilization:g}, less the weights and what "
+        how = (f"estimate: {round(memory_gib, 2):g} GiB x {settings.gpu_memory_utilization:g}, less the weights and what "
                "vLLM's start-up profile holds back (estimated here; vLLM logs the real figure as "
                "'Available KV cache memory')")
     available = requested - weight - activation - non_torch - graph_bytes
