@@ -336,3 +336,17 @@ def test_vllms_parser_accepts_what_the_chart_will_run(catalog):
     failures = [(commands[tuple(r["argv"])], r["problems"]) for r in results[:-1] if r["problems"]]
     print(f"{len(commands)} distinct chart commands accepted by vLLM's parser")
     assert not failures, failures[:5]
+
+
+def test_recipe_tab_panel_shows_each_format_and_its_validation(catalog):
+    from workbench.ui.manifests_panel import manifest_outputs
+
+    plan = render(Selection(hardware="h200", strategy="multi_node_tep", nodes=2), catalog)
+    status, k8s, lws, helm = manifest_outputs(catalog, plan.to_dict())
+    assert status.count("checked offline, valid") == 3, status
+    assert [d["kind"] for d in yaml.safe_load_all(lws)] == ["PersistentVolumeClaim", "LeaderWorkerSet", "Service"]
+    assert "servingEngineSpec" in yaml.safe_load(helm) and "kind: Deployment" in k8s
+    # a strategy that needs nodes, without them: each tab says why instead of a manifest
+    status, k8s, lws, helm = manifest_outputs(catalog, render(Selection(hardware="h200", strategy="multi_node_tep"),
+                                                              catalog).to_dict())
+    assert all(text.startswith("# Cannot render:") for text in (k8s, lws, helm)) and "how many" in status

@@ -42,6 +42,7 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "spec": "--spec",
     "variant": "--variant",
     "features": "--features",
+    "preset": "--preset",
     "resume": "--resume",
     "download": "--download",
     # which server, and how it is launched
