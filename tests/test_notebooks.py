@@ -147,6 +147,8 @@ def test_01_quickstart(notebook_state_dir, artifacts_dir, monkeypatch):
     predicted = re.search(r"^planner said:\s+(.+)$", text, re.MULTILINE)
     assert said and predicted and said.group(1) == predicted.group(1), text
     assert "Memory planner" in _widget_values(nb)  # the picker's planner widget
+    # The H200 command as Kubernetes manifests, validated offline, the container running that command.
+    assert "3 check(s), valid" in text and "The container runs the rendered command: True" in text
     assert len(_demo_servers(notebook_state_dir)) == 1
 
 

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from workbench.cli.checks import DeprecatedSpelling, at_least, check_extra_quoting, port_number
+from workbench.cli.manifests import MANIFEST_FORMATS, add_manifest_arguments, manifest_command
 from workbench.server import hardware
 from workbench.server.machine import machine_facts
 from workbench.errors import SelectionError
@@ -108,10 +109,12 @@ def register(subparsers: Any) -> None:
         "stdout; notes and fallbacks go to stderr.",
     )
     add_selection_arguments(p)
-    p.add_argument("--format", choices=("text", "docker", "json", "shell"), default="text",
-                   help="text: one flag per line; docker: docker run; json: the whole plan; shell: one line")
+    p.add_argument("--format", choices=("text", "docker", "json", "shell", *MANIFEST_FORMATS), default="text",
+                   help="text: one flag per line; docker: docker run; json: the whole plan; shell: one line; "
+                   "k8s: Deployment + Service + cache volume; lws: a LeaderWorkerSet; helm: production-stack values")
     p.add_argument("--list", action="store_true", help="list recipes, hardware, variants, strategies, "
                    "features, spec modes and presets")
+    add_manifest_arguments(p)
     p.set_defaults(func=render_command)
 
 
@@ -193,7 +196,12 @@ def render_command(args: argparse.Namespace) -> int:
     if args.list:
         print(list_catalog(catalog, args.recipe))
         return 0
+    if args.check and args.format not in MANIFEST_FORMATS:
+        raise SelectionError("--check validates Kubernetes manifests; the command formats have nothing to check.",
+                             hint=f"Add --format with one of {', '.join(MANIFEST_FORMATS)}.")
     plan = render(selection_from_args(args), catalog)
+    if args.format in MANIFEST_FORMATS:  # notes, fallbacks and known issues are the YAML's comments
+        return manifest_command(args, plan, catalog)
     print(format_plan(plan, args.format))
     if args.format != "json":
         text = _explain(plan, docker=args.format == "docker")

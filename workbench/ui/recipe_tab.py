@@ -13,6 +13,7 @@ from workbench.planner import MemoryPlan, plan_memory
 from workbench.recipes import Catalog, LaunchPlan, provenance_rows, recipe_for_hardware, render
 from workbench.recipes.choices import NO_SPEC, PlanSummary, choices_for, selection_from_choices, summarize_plan
 from workbench.recipes.resolve import hardware_supported
+from workbench.ui import manifests_panel
 
 
 @dataclass
@@ -147,6 +148,7 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
             summary = gr.Markdown(elem_id="recipe-summary")
             command = gr.Code(language="shell", label="vllm serve", elem_id="serve-command", interactive=False)
             docker = gr.Code(language="shell", label="docker run", elem_id="docker-command", interactive=False)
+            manifests = manifests_panel.create_ui()
             with gr.Group():
                 planner = gr.Markdown(elem_id="recipe-planner")
                 planner_table = gr.Dataframe(
@@ -204,6 +206,8 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
     tab.plan.change(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
     planner_memory.change(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
     planner_config.submit(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
+    tab.plan.change(lambda *v: manifests_panel.manifest_outputs(catalog, *v), [tab.plan, planner_config],
+                    manifests.outputs)
     inputs: list[Any] = [hardware, variant, strategy, nodes, features, spec, preset, port, served, max_len, extra]
     for comp in inputs:
         event = comp.submit if isinstance(comp, gr.Textbox) else comp.change
