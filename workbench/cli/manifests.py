@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.deploy import DeployOptions, ManifestFormat, check_manifest_inputs, render_manifests, validate_manifests
+from workbench import deploy
+from workbench.deploy import DeployOptions, ManifestFormat, check_manifest_inputs, render_manifests
 from workbench.errors import PlannerError
 from workbench.planner import MemoryPlan, plan_memory
 from workbench.recipes import Catalog, LaunchPlan
@@ -63,7 +64,7 @@ def manifest_command(args: argparse.Namespace, plan: LaunchPlan, catalog: Catalo
     print(manifests.to_yaml(), end="")
     if not args.check:
         return 0
-    report = validate_manifests(manifests)
+    report = deploy.validate_manifests(manifests)  # imports the validator on first use
     for item in report.checked:
         print(f"checked: {item}", file=sys.stderr)
     for problem in report.problems:

@@ -9,9 +9,27 @@
     schemas/       the LWS CRD and the chart's values.schema.json, as published (SOURCES.md says where)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from workbench.deploy.manifests import ManifestFormat, Manifests, check_manifest_inputs, render_manifests
 from workbench.deploy.pod import DeployOptions, Sizing
-from workbench.deploy.validate import Problem, ValidationReport, validate_manifests
+
+if TYPE_CHECKING:
+    from workbench.deploy.validate import Problem, ValidationReport, validate_manifests
+
+# The validator is imported on first use: jsonschema and kubernetes-validate take about 2 s to import,
+# which every command line would pay otherwise.
+_VALIDATE = ("Problem", "ValidationReport", "validate_manifests")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _VALIDATE:
+        return getattr(importlib.import_module("workbench.deploy.validate"), name)
+    raise AttributeError(f"module 'workbench.deploy' has no attribute {name!r}")
+
 
 __all__ = ["DeployOptions", "ManifestFormat", "Manifests", "Problem", "Sizing", "ValidationReport",
            "check_manifest_inputs", "render_manifests", "validate_manifests"]

@@ -22,7 +22,6 @@ from typing import Any
 
 import jsonschema
 import yaml
-from kubernetes_validate import utils as kubernetes_schemas
 from referencing import Registry, Resource
 
 from workbench.deploy.manifests import ManifestFormat, Manifests
@@ -77,8 +76,17 @@ def _values_schema() -> dict[str, Any]:
     return dict(json.loads(_schema_text(PRODUCTION_STACK_SCHEMA)))
 
 
+def _kubernetes_schemas() -> Any:
+    # Imported when a manifest is validated, not with the CLI: it takes about 2 s (108 MB of schemas),
+    # and the GPU machines' environments need not have it to serve.
+    from kubernetes_validate import utils
+
+    return utils
+
+
 @functools.lru_cache(maxsize=None)
 def _kubernetes_validator(filename: str) -> jsonschema.protocols.Validator:
+    kubernetes_schemas = _kubernetes_schemas()
     folder = f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local-strict"
     schema = kubernetes_schemas.schema_contents(f"{folder}/{filename}", KUBERNETES_VERSION)
     definitions = kubernetes_schemas.schema_contents(f"{folder}/_definitions.json", KUBERNETES_VERSION)
@@ -159,7 +167,7 @@ def validate_manifests(manifests: Manifests) -> ValidationReport:
         name = _name(doc)
         try:
             validator = _kubernetes_validator(_kubernetes_file(doc))
-        except (kubernetes_schemas.SchemaNotFoundError, FileNotFoundError):
+        except (_kubernetes_schemas().SchemaNotFoundError, FileNotFoundError):
             report.problems.append(Problem(name, "", f"no Kubernetes {KUBERNETES_VERSION} schema for "
                                                      f"{doc.get('apiVersion')} {doc.get('kind')}"))
             continue

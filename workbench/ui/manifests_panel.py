@@ -8,7 +8,8 @@ from typing import Any
 
 import gradio as gr
 
-from workbench.deploy import ManifestFormat, render_manifests, validate_manifests
+from workbench import deploy
+from workbench.deploy import ManifestFormat, render_manifests
 from workbench.errors import WorkbenchError
 from workbench.planner import MemoryPlan, plan_memory
 from workbench.recipes import Catalog, LaunchPlan
@@ -53,7 +54,7 @@ def manifest_outputs(catalog: Catalog, plan_dict: dict[str, Any] | None,
             texts.append(f"# Cannot render: {exc.message}\n" + (f"# {exc.hint}\n" if exc.hint else ""))
             lines.append(f"- {TITLES[fmt]}: {exc.message}")
             continue
-        report = validate_manifests(manifests)
+        report = deploy.validate_manifests(manifests)  # imports the validator on first use
         texts.append(manifests.to_yaml())
         verdict = "valid" if report.ok else f"**{len(report.problems)} problem(s)**: " + "; ".join(
             p.line() for p in report.problems[:3])
