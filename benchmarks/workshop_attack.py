@@ -219,7 +219,8 @@ def runs(answers: list[Answer]) -> str:
         group = answers[i:j + 1]
         ms = [round(t * 1000) for _, t, _ in group]
         retries = sorted({r for _, _, r in group if r is not None})
-        retry = (f" Retry-After {retries[0]}" + (f"-{retries[-1]}" if len(retries) > 1 else "") + " s") if retries else ""
+        span = f"{retries[0]}" + (f"-{retries[-1]}" if len(retries) > 1 else "") if retries else ""
+        retry = f" Retry-After {span} s" if retries else ""
         status = str(answers[i][0]) if answers[i][0] else "no answer"
         parts.append(f"{i + 1}{'' if i == j else f'-{j + 1}'}: {status}{retry} in {min(ms)}-{max(ms)} ms")
         i = j + 1

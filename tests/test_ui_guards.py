@@ -66,7 +66,8 @@ def test_uploads_are_size_limited(ui):
 
 def test_wrong_auth_logins_are_refused_at_once_and_the_right_one_gets_in_after_the_wait(ui):
     url, _ = ui
-    assert 'id="workbench-login-wait"' in httpx.get(url + "/").text  # the login page shows a wait
+    login_page = httpx.get(url + "/", headers={"Accept": "text/html"}).text
+    assert 'id="workbench-login-wait"' in login_page  # the login page shows a wait
     answers = []
     for i in range(8):
         started = time.monotonic()

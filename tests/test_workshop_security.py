@@ -453,13 +453,17 @@ def test_a_hundred_and_twenty_wrong_room_codes_are_answered_at_once_and_the_righ
 
 def test_the_presenter_login_page_carries_the_wait_notice_and_other_pages_do_not(room):
     _, base = room
-    assert 'id="workbench-login-wait"' in httpx.get(base + "/presenter/").text
-    signed_in = httpx.post(base + "/presenter/login", data={"username": "presenter", "password": PASSWORD})
-    assert signed_in.status_code == 200
-    page = httpx.get(base + "/presenter/", cookies=signed_in.cookies)
-    assert page.status_code == 200 and "workbench-login-wait" not in page.text
-    attendee = _join(base, "Page Reader").cookies
-    assert "workbench-login-wait" not in httpx.get(base + "/", cookies=attendee).text
+    browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}  # a page the browser opens
+    assert 'id="workbench-login-wait"' in httpx.get(base + "/presenter/", headers=browser).text
+    with httpx.Client(base_url=base, headers=browser) as presenter:
+        signed_in = presenter.post("/presenter/login", data={"username": "presenter", "password": PASSWORD})
+        assert signed_in.status_code == 200
+        page = presenter.get("/presenter/")
+        assert page.status_code == 200 and "workbench-login-wait" not in page.text
+    with httpx.Client(base_url=base, headers=browser) as attendee:
+        assert attendee.post("/join", data={"name": "Page Reader", "code": CODE}).status_code == 303
+        page = attendee.get("/")
+        assert page.status_code == 200 and "workbench-login-wait" not in page.text
 
 
 def test_forwarded_for_cannot_rotate_past_the_sign_in_limit(room):

@@ -59,6 +59,10 @@ def allowed_hosts(bind_host: str) -> frozenset[str] | None:
     return frozenset({*LOOPBACK_NAMES, bind_host.strip("[]").lower()})
 
 
+def _header(scope: dict[str, Any], name: bytes) -> bytes:
+    return next((v for k, v in scope.get("headers", []) if k == name), b"")
+
+
 def _host_name(headers: list[tuple[bytes, bytes]]) -> str:
     raw = next((v for k, v in headers if k == b"host"), b"").decode("latin-1").strip().lower()
     if raw.startswith("["):  # [::1]:7860
@@ -103,8 +107,8 @@ def login_throttle() -> FailureBackoff:
 class LoginThrottle:
     """Wrong logins per client address: a POST to a path ending in /login is checked only
     when the address's back-off allows (`FailureBackoff`), else answered 429 at once with
-    Retry-After; an answer other than 200 counts as a failure. Pages that show Gradio's
-    login form get the script that shows the wait (`login_wait`)."""
+    Retry-After; an answer other than 200 counts as a failure. Pages a browser opens that
+    show Gradio's login form get the script that shows the wait (`login_wait`)."""
 
     def __init__(self, app: Any, failures: FailureBackoff | None = None) -> None:
         self.app = app
@@ -115,7 +119,8 @@ class LoginThrottle:
             await self.app(scope, receive, send)
         elif scope.get("method") == "POST" and scope.get("path", "").rstrip("/").endswith("/login"):
             await self._login(scope, receive, send)
-        elif scope.get("method") == "GET":
+        elif scope.get("method") == "GET" and b"text/html" in _header(scope, b"accept"):
+            # A page a browser opens (not its streams, nor its API calls): it may be the login form.
             await self.app(scope, receive, _LoginPageSender(send))
         else:
             await self.app(scope, receive, send)
@@ -125,8 +130,7 @@ class LoginThrottle:
         wait = self.failures.admit(address)
         if wait:
             seconds = retry_after(wait)
-            accept = next((v for k, v in scope.get("headers", []) if k == b"accept"), b"").decode("latin-1")
-            body, content_type = refusal_body(seconds, accept)
+            body, content_type = refusal_body(seconds, _header(scope, b"accept").decode("latin-1"))
             await send({"type": "http.response.start", "status": 429,
                         "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
                                     (b"retry-after", str(seconds).encode()), (b"cache-control", b"no-store")]})
