@@ -355,6 +355,7 @@ def test_demo_recipe_on_a_gpu_runs_with_cuda_graphs(catalog):
                              "--enable-prompt-tokens-details", "--tensor-parallel-size", "1",
                              "--enable-per-request-metrics"]
         assert plan.env == {} and plan.local_build == "smollm2-135m-instruct"
+        assert plan.min_vllm_version == "0.26.0"  # served with 0.26.0 on an H100; the CPU build is 0.32.0
         assert plan.docker_image == "vllm/vllm-openai:latest" and "--gpus" in plan.docker_argv
     recipe = catalog.recipe("smollm2")
     assert "CUDA graphs" in (recipe.engine_note_for("h100", "hopper", "NVIDIA") or "")

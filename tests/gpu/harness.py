@@ -38,10 +38,11 @@ KV_LINE = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
 class Report:
     """report.md and the recordings beside it; each test adds a section as it finishes."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, path: Path | None = None) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / "report.md"
+        # $WORKBENCH_GPU_REPORT_FILE puts report.md where a run cut short still leaves it.
+        self.path = path or Path(os.environ.get("WORKBENCH_GPU_REPORT_FILE") or directory / "report.md")
 
     def section(self, title: str, text: str) -> None:
         with self.path.open("a") as f:

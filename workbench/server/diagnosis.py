@@ -141,10 +141,11 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "gpu_memory_taken",
-        r"Free memory on device (?P<device>\S+) \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
+        r"Free memory on device (?:(?P<device>[^\s(]+) )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
         r"than desired GPU memory utilization \((?P<util>[\d.]+), (?P<want>[\d.]+) GiB\)",
-        lambda m: (f"Another process holds the GPU's memory: {m.group('free')} of {m.group('total')} GiB were free on "
-                   f"{m.group('device')}, and this server asks for {m.group('want')} GiB (--gpu-memory-utilization "
+        lambda m: (f"Another process holds the GPU's memory: {m.group('free')} of {m.group('total')} GiB were free"
+                   + (f" on {m.group('device')}" if m.group("device") else "")
+                   + f", and this server asks for {m.group('want')} GiB (--gpu-memory-utilization "
                    f"{m.group('util')} of the whole GPU)."),
         lambda m: ("Stop the server already on this GPU (`python -m workbench status` lists the ones the workbench "
                    "started; `nvidia-smi` lists every process), or give each server its share: a "
