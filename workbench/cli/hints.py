@@ -54,6 +54,7 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "extra": "--extra",
     "model": "--model",
     "context_length": "--context-length",
+    "apply_fixes": "--apply-fix",
     # multi-node
     "nodes": "--nodes",
     "strategy": "--strategy",

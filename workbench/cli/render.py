@@ -57,6 +57,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, port: str | None
                    help="extra vllm serve flags, last and winning (may repeat); split like shell words, so "
                    "JSON needs single quotes inside: --extra \"--speculative-config '{\\\"method\\\": ...}'\"; "
                    "a single flag needs the = form: --extra=--enforce-eager")
+    g.add_argument("--apply-fix", action="append", default=[], metavar="ID", dest="apply_fixes",
+                   help="apply the change of a known problem the command meets (its id, as `render` prints it; "
+                   "repeatable; `all` for every one with a mechanical change): the command's last layer")
 
 
 def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Selection:
@@ -82,6 +85,7 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         preset=args.preset,
         head_address=args.head_address,
         iface=args.iface,
+        apply_fixes=list(getattr(args, "apply_fixes", None) or []),
     )
 
 
@@ -123,9 +127,12 @@ def _explain(plan: LaunchPlan, *, docker: bool = False) -> str:
         lines.append(f"fallback: {f.choice} {f.asked!r} -> {used}: {f.reason}")
     for n in plan.notes:
         lines.append(f"note: {n}")
+    for fix in plan.applied_fixes:
+        lines.append(f"applied: known problem {fix.id} ({fix.title}): {fix.describe()}")
     for issue in plan.known_issues:
+        offer = (f" One flag away: --apply-fix {issue.id} ({issue.fix_summary()})." if issue.fix else "")
         lines.append(f"known issue: {issue.title} [{issue.matched}]. {issue.change} "
-                     f"Sources: {' '.join(issue.sources)}")
+                     f"Sources: {' '.join(issue.sources)}{offer}")
     extras = [s for s in plan.install_steps[3:] if s.startswith("uv pip install")]
     if docker and plan.engine == "vllm":
         if extras:  # the host needs only docker; what the command imports must be in the image

@@ -14,7 +14,7 @@ from typing import Any
 from workbench.errors import InputError
 from workbench.recipes.argv import env_word, join_lines, shell_quote, units
 from workbench.recipes.catalog import Catalog, Engine
-from workbench.recipes.known_issues import KnownIssue
+from workbench.recipes.known_issues import AppliedFix, KnownIssue, fix_layer
 
 __all__ = ["DEFAULT_PORT", "Fallback", "LaunchPlan", "Selection",
            "provenance_rows", "split_extra_flags"]
@@ -44,6 +44,8 @@ class Selection:
     preset: str | None = None
     head_address: str | None = None  # multi-node: the head's address on the interconnect ($HEAD_IP)
     iface: str | None = None  # multi-node: that interconnect's network interface ($IFACE_NAME)
+    # Known problems whose change (their `fix`) to apply, by id, or ["all"]: the command's last layer.
+    apply_fixes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -109,11 +111,13 @@ class LaunchPlan:
     worker_docker_argvs: list[list[str]] = field(default_factory=list)
     config_files: dict[str, str] = field(default_factory=dict)
     known_issues: list[KnownIssue] = field(default_factory=list)
+    applied_fixes: list[AppliedFix] = field(default_factory=list)  # known problems' changes made to argv
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["fallbacks"] = [f.to_dict() for f in self.fallbacks]
         d["known_issues"] = [k.to_dict() for k in self.known_issues]
+        d["applied_fixes"] = [a.to_dict() for a in self.applied_fixes]
         d["shell_command"] = self.shell_command(multiline=False)
         d["docker_command"] = self.docker_command(multiline=False)
         return d
@@ -124,6 +128,7 @@ class LaunchPlan:
         kw = {k: v for k, v in d.items() if k in names}
         kw["fallbacks"] = [Fallback(**f) for f in kw.get("fallbacks", [])]
         kw["known_issues"] = [KnownIssue.from_dict(k) for k in kw.get("known_issues", [])]
+        kw["applied_fixes"] = [AppliedFix.from_dict(a) for a in kw.get("applied_fixes", [])]
         return cls(**kw)
 
     def _argv_for(self, worker: int | None) -> list[str]:
@@ -184,6 +189,10 @@ def provenance_rows(plan: LaunchPlan, catalog: Catalog) -> list[list[str]]:
     for u in units(plan.argv[plan.command_head_length:]):
         if u.flag is not None:
             rows.append([u.flag, u.value or "", plan.provenance.get(u.flag, ""), recipe.flag_help(u.flag) or ""])
+    # What a known problem's fix took out: shown too, so the table says what changed.
+    for fix in plan.applied_fixes:
+        rows += [[c.flag, f"(removed: {c.before})", fix_layer(fix.id), fix.title]
+                 for c in fix.changes if c.after is None]
     return rows
 
 
