@@ -112,7 +112,11 @@ def build_config(gguf: Path, model_type: str = "llama") -> dict[str, Any]:
     config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
     # No separate output projection in the file: the embedding is reused (tied), as transformers reads it.
     config["tie_word_embeddings"] = "output.weight" not in tensors
-    config["torch_dtype"] = "float32"  # what the build saves (its weights are dequantized to float32)
+    # As transformers 5 writes them: the rope base under rope_parameters, the weights' type as dtype
+    # (float32: the build dequantizes the GGUF's weights).
+    if "rope_theta" in config:
+        config["rope_parameters"] = {"rope_theta": config.pop("rope_theta"), "rope_type": "default"}
+    config["dtype"] = "float32"
     return config
 
 

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
@@ -143,7 +144,7 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
 
 
 def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None:
-    outputs = [tab.chatbot, tab.reasoning_panel, tab.tools_panel, tab.stats_panel,
+    outputs: list[Any] = [tab.chatbot, tab.reasoning_panel, tab.tools_panel, tab.stats_panel,
                tab.saved, tab.session, tab.message]
 
     def run_turn(text: str, history, saved, session, *option_values, regenerate=False) -> Iterator:

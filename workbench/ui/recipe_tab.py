@@ -260,10 +260,10 @@ def create_ui(catalog: Catalog, default_hardware: str) -> RecipeTab:
     planner_memory.change(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
     planner_config.submit(lambda *v: planner_outputs(catalog, *v), planner_inputs, [planner, planner_table])
     # The choices a handler also sets re-render on the person's input only; the others never change by handler.
-    for comp in (variant, strategy, features, spec, preset):
-        comp.input(rerender, tab.inputs, outputs)
-    for comp in (nodes, port, max_len):
-        comp.change(rerender, tab.inputs, outputs)
+    for choice in (variant, strategy, features, spec, preset):
+        choice.input(rerender, tab.inputs, outputs)
+    for number in (nodes, port, max_len):
+        number.change(rerender, tab.inputs, outputs)
     for box in (served, extra):
         box.submit(rerender, tab.inputs, outputs)
     return tab

@@ -229,6 +229,7 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
         if handle is None:
             return (*refresh(), gr.Timer(active=True))
         handle.stop()
+        slot.handle = handle  # one found by its record too: the status then says how it ended
         return (*refresh(), gr.Timer(active=True))
 
     def do_attach(url, key):
