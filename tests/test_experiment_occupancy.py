@@ -28,7 +28,7 @@ from workbench.experiment.runner import occupancy_before
 from workbench.recipes import Selection, load_catalog, render
 from workbench.server import free_port, list_servers, start
 from workbench.server.command import ServeCommand
-from workbench.telemetry import GpuSource
+from workbench.telemetry import MEMORY_UNIFIED, GpuReading, GpuSample, GpuSource
 from workbench.telemetry.nvml import RecordedSeries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +122,11 @@ def test_gpu_memory_another_process_holds_refuses_a_gpu_experiment(catalog, stat
     # The same memory in use does not stop a CPU experiment (it is not read for one).
     cpu = [render(Selection(hardware="cpu"), catalog)]
     assert not check_occupancy(cpu, catalog, port=free_port(), state_dir=state, gpus=loaded.read).blocking
+    # On unified memory (DGX Spark) "used" is the machine's RAM in use: not taken for another process's GPU memory.
+    spark = [render(Selection(hardware="dgx_spark_gb10"), catalog)]
+    unified = GpuReading(0.0, "nvml", (GpuSample(0, "NVIDIA GB10", memory_used_bytes=30 * 2**30,
+                                                 memory_total_bytes=121 * 2**30, memory_source=MEMORY_UNIFIED),))
+    assert not check_occupancy(spark, catalog, port=free_port(), state_dir=state, gpus=lambda: unified).holders
 
 
 def test_the_tab_shows_each_level_as_it_finishes_and_keeps_the_results(catalog, running_here, tmp_path):

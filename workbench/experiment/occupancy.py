@@ -3,7 +3,8 @@
 An experiment launches a server per configuration, on one port. Before it starts
 anything it looks for what is there already: a server the workbench runs (the Server
 tab's, `python -m workbench serve`), a process listening on the experiment's port and,
-for a GPU experiment, another process holding GPU memory.
+for a GPU experiment, another process holding GPU memory (not readable on unified memory,
+DGX Spark's, where only a workbench server and the port are looked for).
 
 On a GPU two servers do not fit one GPU's memory (each takes its
 --gpu-memory-utilization share), so a server here or GPU memory in use stops the
@@ -23,7 +24,7 @@ from pathlib import Path
 from workbench.errors import LaunchError
 from workbench.recipes import Catalog, LaunchPlan
 from workbench.server import find_running, port_holder
-from workbench.telemetry import GpuReading, read_gpus
+from workbench.telemetry import MEMORY_UNIFIED, GpuReading, read_gpus
 
 __all__ = ["GPU_IN_USE_BYTES", "Holder", "HolderKind", "Occupancy", "check_occupancy"]
 
@@ -116,6 +117,8 @@ def _server_holder(state_dir: Path | str | None) -> Holder | None:
 def _gpu_holders(reading: GpuReading) -> list[Holder]:
     out = []
     for gpu in reading.gpus:
+        if gpu.memory_source == MEMORY_UNIFIED:
+            continue  # DGX Spark: "used" is the whole machine's RAM in use, not another process's GPU memory
         used = gpu.memory_used_bytes
         if used is not None and used >= GPU_IN_USE_BYTES:
             total = f" of {gpu.memory_total_bytes / GIB:.1f} GiB" if gpu.memory_total_bytes else ""
