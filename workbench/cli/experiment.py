@@ -16,7 +16,6 @@ partial (exit 130); `--resume DIR` continues it.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 import time
 from pathlib import Path
@@ -42,7 +41,8 @@ from workbench.experiment import (
     run_experiment,
 )
 from workbench.experiment.configs import ExperimentConfig
-from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE
+from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE, default_output_dir
+from workbench.experiment.runner import occupancy_before
 from workbench.recipes import Selection, load_catalog
 
 
@@ -178,19 +178,23 @@ def experiment_command(args: argparse.Namespace) -> int:
         else:
             configs = _configs(args)
         workload = load_dataset(args.dataset) if args.dataset else builtin_workload()
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = args.output_dir or Path("experiments") / stamp
+        out = args.output_dir or default_output_dir()
         if (out / SUMMARY_FILE).exists():
             raise InputError(f"{out} already holds an experiment.",
                              hint=f"Continue it with --resume {out}, or choose another --output-dir.")
         if out.is_dir() and any(out.iterdir()):
             raise InputError(f"--output-dir {out} is not empty.", hint="Give a new or empty folder for the results.")
-        check_output_dir(out)
         result = new_experiment(configs, settings, workload)
+    port = None if args.resume or args.server_port in (None, 8000) else args.server_port
+    # Before any folder is made or server started: a GPU already held refuses (the runner checks again).
+    occupancy = occupancy_before(result, catalog, port=port)
+    if occupancy is not None and occupancy.blocking:
+        raise occupancy.error()
+    if not args.resume:
+        check_output_dir(out)
     for line in plan_lines(result):
         print(line, file=sys.stderr)
     progress = None if args.quiet else _ProgressLine(sys.stderr)
-    port = None if args.resume or args.server_port in (None, 8000) else args.server_port
     try:
         result = run_experiment(result, out, catalog, progress=progress, port=port)
     finally:

@@ -57,6 +57,7 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "ignore_known_issues": "--ignore-known-issue",
     "model": "--model",
     "context_length": "--context-length",
+    "apply_fixes": "--apply-fix",
     # multi-node
     "nodes": "--nodes",
     "strategy": "--strategy",

@@ -65,6 +65,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, port: str | None
                    help="extra vllm serve flags, last and winning (may repeat); split like shell words, so "
                    "JSON needs single quotes inside: --extra \"--speculative-config '{\\\"method\\\": ...}'\"; "
                    "a single flag needs the = form: --extra=--enforce-eager")
+    g.add_argument("--apply-fix", action="append", default=[], metavar="ID", dest="apply_fixes",
+                   help="apply the change of a known problem the command meets (its id, as `render` prints it; "
+                   "repeatable; `all` for every one with a mechanical change): the command's last layer")
 
 
 def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Selection:
@@ -98,6 +101,7 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         # What this machine's vLLM has decides a rehearsal's swaps (read once per vLLM version).
         machine=machine_facts(progress=lambda line: print(line, file=sys.stderr)) if rehearsal else None,
         ignore_known_issues=list(getattr(args, "ignore_known_issues", None) or []),
+        apply_fixes=list(getattr(args, "apply_fixes", None) or []),
     )
 
 
@@ -143,9 +147,12 @@ def _explain(plan: LaunchPlan, *, docker: bool = False) -> str:
         lines.append(f"note: {n}")
     for swap in plan.rehearsal_swaps:
         lines.append(f"rehearsal: {swap.line()}")
+    for fix in plan.applied_fixes:
+        lines.append(f"applied: known problem {fix.id} ({fix.title}): {fix.describe()}")
     for issue in plan.known_issues:
+        offer = (f" One flag away: --apply-fix {issue.id} ({issue.fix_summary()})." if issue.fix else "")
         lines.append(f"known issue: {issue.title} [{issue.matched}]. {issue.change} "
-                     f"Sources: {' '.join(issue.sources)}")
+                     f"Sources: {' '.join(issue.sources)}{offer}")
     extras = [s for s in plan.install_steps[3:] if s.startswith("uv pip install")]
     if docker and plan.engine == "vllm":
         if extras:  # the host needs only docker; what the command imports must be in the image

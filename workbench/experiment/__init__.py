@@ -3,6 +3,7 @@
     configs.py    a configuration: a label and a recipe Selection; `--spec off,ngram` short form
     workloads.py  the built-in prompt set (categories) and --dataset FILE.jsonl
     runner.py     for each configuration: launch (or attach), warm up, sweep, stop; progress, Ctrl-C, resume
+    occupancy.py  before it starts: a server already running, the port taken, (GPU) memory in use
     analysis.py   each level's figures, the winners per concurrency, where spec decoding stops paying
     results.py    ExperimentResult: state.json, experiment.json, report.html after every level
     report.py     the self-contained HTML report, and the terminal tables

@@ -12,6 +12,7 @@ Files in the experiment's folder:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from dataclasses import dataclass, field
@@ -31,12 +32,19 @@ from workbench.experiment.analysis import (
 from workbench.experiment.configs import ExperimentConfig
 from workbench.experiment.workloads import Workload
 
-__all__ = ["STATE_FILE", "SUMMARY_FILE", "ConfigResult", "ConfigStatus", "ExperimentResult", "ExperimentSettings",
-           "load_experiment"]
+__all__ = ["EXPERIMENTS_DIR", "STATE_FILE", "SUMMARY_FILE", "ConfigResult", "ConfigStatus", "ExperimentResult",
+           "ExperimentSettings", "default_output_dir", "load_experiment"]
 
 STATE_FILE = "state.json"
 SUMMARY_FILE = "experiment.json"
 REPORT_FILE = "report.html"
+# Results go under this folder (of the folder the workbench runs in) unless told: kept, not temporary.
+EXPERIMENTS_DIR = "experiments"
+
+
+def default_output_dir(root: Path | str | None = None) -> Path:
+    """A new experiment's folder: `<root>/<date-time>`, root `experiments` unless given."""
+    return Path(root or EXPERIMENTS_DIR) / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 ConfigStatus = Literal["pending", "running", "done", "failed", "partial"]
 
 

@@ -6,6 +6,10 @@ level run the same workload through `workbench.bench.run_benchmark` (a warm-up, 
 /metrics counters read before and after the measured requests), write the results,
 and stop the server before the next configuration.
 
+Before anything starts, what already holds the machine is looked for (occupancy.py): on a
+GPU a running server or GPU memory in use refuses the experiment (LaunchError, with the
+ways on); on the CPU engine the servers start beside a running one, said in the log.
+
 Nothing is lost: a configuration that fails to launch is recorded as failed with its
 diagnosis and the experiment goes on; results are written after every level; Ctrl-C
 (or `should_stop`) stops the running server and writes what was measured, marked
@@ -30,6 +34,7 @@ import httpx
 from workbench.bench import BenchConfig, BenchProgress, run_benchmark
 from workbench.errors import LaunchError, WorkbenchError
 from workbench.experiment.configs import ExperimentConfig, render_config
+from workbench.experiment.occupancy import Occupancy, check_occupancy
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings
 from workbench.experiment.report import report_html
 from workbench.experiment.workloads import Workload
@@ -41,8 +46,7 @@ from workbench.server.hardware import detect_hardware
 from workbench.server.page_flags import vllm_flag_table
 
 __all__ = ["PACES", "PER_REQUEST_SPEC_FLAG", "ExperimentProgress", "Pace", "estimate_seconds", "guess_pace",
-           "machine_facts", "new_experiment",
-           "plan_lines", "run_experiment"]
+           "machine_facts", "new_experiment", "occupancy_before", "plan_lines", "run_experiment"]
 
 log = logging.getLogger("workbench.experiment")
 
@@ -344,6 +348,25 @@ class _Run:
         self.save()
 
 
+def occupancy_before(result: ExperimentResult, catalog: Catalog, *, port: int | None = None,
+                     state_dir: Path | str | None = None) -> Occupancy | None:
+    """What holds the machine for the configurations still to run (None when attaching: nothing
+    is launched then). Configurations that do not render are left to the run, which records why."""
+    if result.settings.attach_url:
+        return None
+    plans = []
+    for c in result.configs:
+        if c.status in ("done", "failed"):
+            continue
+        try:
+            plans.append(render_config(c.config, catalog))
+        except WorkbenchError:
+            continue
+    if not plans:
+        return None
+    return check_occupancy(plans, catalog, port=port or plans[0].port, state_dir=state_dir)
+
+
 def run_experiment(result: ExperimentResult, directory: Path | str, catalog: Catalog, *,
                    progress: ProgressFn | None = None, should_stop: StopFn | None = None,
                    state_dir: Path | str | None = None, port: int | None = None) -> ExperimentResult:
@@ -351,7 +374,13 @@ def run_experiment(result: ExperimentResult, directory: Path | str, catalog: Cat
 
     Returns the result, also written to `directory` after every level; `status` is
     "partial" when Ctrl-C or `should_stop` ended it (the running server is stopped first).
+    Raises LaunchError before anything starts when a GPU experiment finds the GPU held.
     """
+    occupancy = occupancy_before(result, catalog, port=port, state_dir=state_dir)
+    if occupancy is not None and occupancy.blocking:
+        raise occupancy.error()
+    for line in occupancy.lines() if occupancy is not None else []:
+        log.warning("%s", line)
     run = _Run(result, Path(directory), catalog, progress, should_stop, state_dir, port)
     result.status, result.partial = "running", None
     run.save()

@@ -209,7 +209,7 @@ def plan_command_memory(model_id: str, argv: Sequence[str], env: Mapping[str, st
     cap = capacity(layout, budget.available_bytes, settings.max_model_len, settings.num_gpu_blocks_override)
     model_max = max(settings.max_model_len, arch.max_position_embeddings or 0)
     rec = recommend(layout, cap, settings, budget.available_bytes, model_max)
-    notes = _notes(arch, settings, flag_values(argv), budget, platform)
+    notes = ([config.note] if config.note else []) + _notes(arch, settings, flag_values(argv), budget, platform)
     if memory_gib is None and gpu is None and not budget.exact:
         notes.append(f"Memory: the taxonomy's {memory:g} GiB per GPU; pass --memory-gb with what vLLM sees "
                      "(nvidia-smi's total)." + (SPARK_MEMORY if hw.id == "dgx_spark_gb10" else ""))

@@ -280,6 +280,24 @@ def _validate_known_issues(p: _Problems, issues: Any) -> None:
         _validate_when(p, f"{base}.when", ki.get("when"))
         if not isinstance(ki.get("certain", False), bool):
             p.add(f"{base}.certain", "true or false", ki.get("certain"))
+        _validate_fix(p, f"{base}.fix", ki.get("fix"))
+
+
+def _validate_fix(p: _Problems, base: str, fix: Any) -> None:
+    if fix is None:
+        return
+    if not isinstance(fix, dict) or not fix or any(k not in ("set", "drop") for k in fix):
+        p.add(base, "a mapping of set (flag -> value, true for a switch) and drop (a list of flags)", fix)
+        return
+    to_set = fix.get("set") or {}
+    if not isinstance(to_set, dict) or not all(
+            str(flag).startswith("--") and (value is True or (isinstance(value, (str, int, float))
+                                                              and not isinstance(value, bool)))
+            for flag, value in to_set.items()):
+        p.add(f"{base}.set", "a mapping of --flag -> value (true for a switch)", to_set)
+    drop = fix.get("drop") or []
+    if not _is_str_list(drop) or not all(flag.startswith("--") for flag in drop):
+        p.add(f"{base}.drop", "a list of --flags", drop)
 
 
 def _validate_when(p: _Problems, base: str, when: Any) -> None:

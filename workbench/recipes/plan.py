@@ -14,7 +14,7 @@ from typing import Any
 from workbench.errors import InputError
 from workbench.recipes.argv import env_word, join_lines, shell_quote, units
 from workbench.recipes.catalog import Catalog, Engine
-from workbench.recipes.known_issues import KnownIssue
+from workbench.recipes.known_issues import AppliedFix, KnownIssue, fix_layer
 from workbench.recipes.rehearsal import MachineFacts, Swap
 
 __all__ = ["DEFAULT_PORT", "Fallback", "LaunchPlan", "Selection",
@@ -53,6 +53,8 @@ class Selection:
     machine: MachineFacts | None = None
     # Known problems (ids) whose certain failure should not stop the render.
     ignore_known_issues: list[str] = field(default_factory=list)
+    # Known problems whose change (their `fix`) to apply, by id, or ["all"]: the command's last layer.
+    apply_fixes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -132,6 +134,7 @@ class LaunchPlan:
     config_files: dict[str, str] = field(default_factory=dict)
     known_issues: list[KnownIssue] = field(default_factory=list)
     rehearsal_swaps: list[Swap] = field(default_factory=list)
+    applied_fixes: list[AppliedFix] = field(default_factory=list)  # known problems' changes made to argv
 
     @property
     def rehearsal(self) -> bool:
@@ -141,6 +144,7 @@ class LaunchPlan:
         d = dataclasses.asdict(self)
         d["fallbacks"] = [f.to_dict() for f in self.fallbacks]
         d["known_issues"] = [k.to_dict() for k in self.known_issues]
+        d["applied_fixes"] = [a.to_dict() for a in self.applied_fixes]
         d["shell_command"] = self.shell_command(multiline=False)
         d["docker_command"] = self.docker_command(multiline=False)
         return d
@@ -152,6 +156,7 @@ class LaunchPlan:
         kw["fallbacks"] = [Fallback(**f) for f in kw.get("fallbacks", [])]
         kw["known_issues"] = [KnownIssue.from_dict(k) for k in kw.get("known_issues", [])]
         kw["rehearsal_swaps"] = [Swap(**s) for s in kw.get("rehearsal_swaps", [])]
+        kw["applied_fixes"] = [AppliedFix.from_dict(a) for a in kw.get("applied_fixes", [])]
         return cls(**kw)
 
     def _argv_for(self, worker: int | None) -> list[str]:
@@ -217,6 +222,10 @@ def provenance_rows(plan: LaunchPlan, catalog: Catalog) -> list[list[str]]:
     # What a rehearsal took out of the recipe's command, each with its reason.
     rows += [[s.flag, f"{s.was or ''} (removed)".strip(), "rehearsal", s.reason]
              for s in plan.rehearsal_swaps if s.now is None]
+    # What a known problem's fix took out: shown too, so the table says what changed.
+    for fix in plan.applied_fixes:
+        rows += [[c.flag, f"(removed: {c.before})", fix_layer(fix.id), fix.title]
+                 for c in fix.changes if c.after is None]
     return rows
 
 

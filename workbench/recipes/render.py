@@ -16,9 +16,12 @@ win without merge code:
     7 features in order; a feature with modes emits the resolved mode's args
                                                    -> "feature:<f>" / "mode:<m>"
     8 the user's --extra flags                     -> "user"
+    9 the fixes of known problems the command meets, when asked for (Selection.apply_fixes):
+      each changes the de-duplicated command in place   -> "known problem <id>"
 
 A preset replaces layers 1-7 by one verbatim command from the model card
-("preset:<name>"); layers 6 and 8 still apply.
+("preset:<name>"); layers 6, 8 and 9 still apply. Without layer 9 the command is
+the seed's (recipe's or preset's), byte for byte.
 
 Then, for a rehearsal (`Selection.rehearsal`), the flags that need the real checkpoint or a
 kernel the machine lacks are swapped ("rehearsal", workbench.recipes.rehearsal), and last a
@@ -34,9 +37,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.errors import SelectionError
 from workbench.recipes.argv import Unit, dedupe_units, units
 from workbench.recipes.catalog import Catalog, HardwareProfile, Preset, Recipe, Strategy
-from workbench.recipes.known_issues import matching_known_issues
+from workbench.recipes.known_issues import (
+    ALL_FIXES,
+    AppliedFix,
+    apply_fix,
+    fix_layer,
+    known_issue_entries,
+    matching_known_issues,
+)
 from workbench.recipes.loading import load_catalog
 from workbench.recipes.multinode import HEAD_IP, IFACE_NAME, node_parallel_args
 from workbench.errors import SelectionError
@@ -155,19 +166,56 @@ def _refuse_certain_failures(plan: LaunchPlan, sel: Selection) -> None:
         settings={"extra": None, "ignore_known_issues": k.id})
 
 
+def _apply_fixes(r: Resolver, recipe: Recipe, hw: HardwareProfile, head: list[str], kept: list[Unit],
+                 image: str) -> tuple[list[Unit], list[AppliedFix]]:
+    """Layer 9: the asked-for fixes of the known problems this command meets, in the order asked."""
+    if not r.sel.apply_fixes:
+        return kept, []
+    fixable = {i.id: i for i in known_issue_entries(recipe) if i.fix}
+    met = {i.id for i in matching_known_issues(recipe, hw, [*head, *_tokens(kept)], image)}
+    asked = list(dict.fromkeys(r.sel.apply_fixes))
+    if ALL_FIXES in asked:
+        asked = [i for i in fixable if i in met]
+    applied = []
+    for issue_id in asked:
+        if issue_id not in fixable:
+            raise SelectionError(
+                f"No known problem {issue_id!r} with a change to apply in {recipe.title}.",
+                hint=f"Known problems with a change: {', '.join(fixable) or '(none)'}; or {ALL_FIXES}.",
+                settings=("apply_fixes",))
+        if issue_id not in met:
+            r.fallbacks.append(Fallback("apply_fix", issue_id, None,
+                                        f"this command does not meet known problem {issue_id}: nothing to change"))
+            continue
+        fix = fixable[issue_id].fix or {}
+        kept, changes = apply_fix(kept, fix, fix_layer(issue_id))
+        applied.append(AppliedFix(issue_id, fixable[issue_id].title, tuple(changes)))
+    return kept, applied
+
+
+def _reapply(recipe: Recipe, kept: list[Unit], applied: list[AppliedFix]) -> list[Unit]:
+    """A worker node's command gets the head's fixes too."""
+    fixes = {i.id: i.fix for i in known_issue_entries(recipe)}
+    for a in applied:
+        kept, _ = apply_fix(kept, fixes.get(a.id) or {}, fix_layer(a.id))
+    return kept
+
+
 def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
     sel = r.sel
+    image = _docker_image(res.recipe, res.variant, res.variant_exact, res.hw)
     head_units, dropped = dedupe_units(_layer_units(res, sel, rank=0))
     _note_overridden_user_flags(r, dropped)
-    argv = ["vllm", "serve", res.model_id, *_tokens(head_units)]
+    head = ["vllm", "serve", res.model_id]
+    head_units, applied = _apply_fixes(r, res.recipe, res.hw, head, head_units, image)
+    argv = [*head, *_tokens(head_units)]
     provenance = {u.flag: u.layer for u in head_units if u.flag}
     worker_argvs = []
     for rank in range(1, res.nodes if res.strategy.multi_node else 1):
-        worker_units, _ = dedupe_units(_layer_units(res, sel, rank))
+        worker_units = _reapply(res.recipe, dedupe_units(_layer_units(res, sel, rank))[0], applied)
         worker_argvs.append(["vllm", "serve", res.model_id, *_tokens(worker_units)])
         provenance.update({u.flag: u.layer for u in worker_units if u.flag and u.flag not in provenance})
     env = _build_env(r, res)
-    image = _docker_image(res.recipe, res.variant, res.variant_exact, res.hw)
     _add_plan_notes(r, res)
     recipe = res.recipe
     return LaunchPlan(
@@ -199,6 +247,7 @@ def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
         worker_argvs=worker_argvs,
         worker_docker_argvs=[docker_run_argv(w, env, image, res.hw, sel.port) for w in worker_argvs],
         known_issues=matching_known_issues(recipe, res.hw, argv, image),
+        applied_fixes=applied,
     )
 
 
@@ -485,8 +534,11 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
     kept, dropped = dedupe_units(units(rest, f"preset:{preset.name}") + units(user, "user")
                                  + units(extra, "user"))
     _note_overridden_user_flags(r, dropped)
-    argv = [*binary, model_id, *_tokens(kept)]
     image = preset.docker_image or _docker_image(recipe, recipe.variants[vname], {}, hw)
+    applied: list[AppliedFix] = []
+    if preset.engine == "vllm":
+        kept, applied = _apply_fixes(r, recipe, hw, [*binary, model_id], kept, image)
+    argv = [*binary, model_id, *_tokens(kept)]
     r.notes.append(f"Preset {preset.name}: {preset.description}")
     if preset.engine == "trtllm":
         files = list(preset.config_files)
@@ -535,4 +587,5 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
         tensor_parallel_size=tp,
         config_files=dict(preset.config_files),
         known_issues=matching_known_issues(recipe, hw, argv, image) if preset.engine == "vllm" else [],
+        applied_fixes=applied,
     )

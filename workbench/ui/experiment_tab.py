@@ -1,5 +1,10 @@
 """Experiment tab: choose configurations and a sweep, see the plan, run it with progress,
-then the winners table, the curves and a link to the self-contained report.
+each level's figures as it finishes, the winners table, the curves and a link to the
+self-contained report, in a folder that is kept (experiments/<date-time>).
+
+Before a run it says what already holds the machine (workbench.experiment.occupancy): on
+the CPU engine the experiment starts its own vLLM beside a running server (and says so); on
+a GPU it refuses; either way it offers to measure the running server (attach) or stop it.
 
 The run launches vLLM servers, so (like the Server tab's launch) it is a private
 event: it is left out of the app's API, and its extra flags are re-checked here
@@ -9,9 +14,10 @@ and starts nothing.
 
 from __future__ import annotations
 
-import datetime as dt
-import tempfile
 import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +34,20 @@ from workbench.experiment import (
 )
 from workbench.experiment.analysis import WINNER_METRICS
 from workbench.experiment.charts import lines_svg
+from workbench.experiment.configs import ExperimentConfig
+from workbench.experiment.occupancy import Occupancy
+from workbench.experiment.results import EXPERIMENTS_DIR, REPORT_FILE, ExperimentResult, default_output_dir
+from workbench.experiment.runner import occupancy_before
 from workbench.bench.goodput import parse_goodput
 from workbench.errors import InputError, WorkbenchError
 from workbench.ui.background import BackgroundWork
 from workbench.recipes import Selection
+from workbench.server import find_running
 
 MAX_CONCURRENCY = 4096
+WINNER_COLUMNS = ["concurrency", "figure", "winner", "value", "lead"]
+LEVEL_COLUMNS = ["configuration", "concurrency", "per-user decode tok/s", "total output tok/s", "mean TTFT ms",
+                 "acceptance (responses)", "acceptance (/metrics)"]
 
 
 def _levels(text: str | None) -> list[int]:
@@ -75,7 +89,7 @@ def winners_frame(result) -> pd.DataFrame:
     rows = [{"concurrency": w.concurrency, "figure": WINNER_METRICS[w.metric][0], "winner": w.label,
              "value": round(w.value, 2), "lead": "" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}"}
             for w in result.winners()]
-    return pd.DataFrame(rows, columns=["concurrency", "figure", "winner", "value", "lead"])
+    return pd.DataFrame(rows, columns=WINNER_COLUMNS)
 
 
 def levels_frame(result) -> pd.DataFrame:
@@ -86,7 +100,7 @@ def levels_frame(result) -> pd.DataFrame:
              "total output tok/s": r(f.output_tps), "mean TTFT ms": r(f.ttft_ms_mean),
              "acceptance (responses)": r(f.acceptance_rate, 3), "acceptance (/metrics)": r(f.acceptance_rate_metrics, 3)}
             for f in sorted(result.figures(), key=lambda f: (f.concurrency, f.label))]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
 
 
 def curves_html(result) -> str:
@@ -103,10 +117,68 @@ def curves_html(result) -> str:
             + lines_svg(per_user, "concurrency", "per-user decode tok/s", log_x=True))
 
 
-def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
+def machine_outputs(occupancy: Occupancy | None) -> tuple[str, Any]:
+    """What holds the machine, in words, and whether to offer Attach / Stop (a workbench server runs)."""
+    if occupancy is None:
+        return "", gr.Row(visible=False)
+    lines = occupancy.lines()
+    text = "\n\n".join(f"**{line}**" if occupancy.blocking and line == lines[-1] else line for line in lines)
+    return text, gr.Row(visible=occupancy.server is not None)
+
+
+def report_link(folder: Path) -> str:
+    """The results folder, and a link that opens its report (the app serves the experiments folder)."""
+    report = folder / REPORT_FILE
+    return (f"Results in `{folder}` (kept). [Open the report]"
+            f"(gradio_api/file={urllib.parse.quote(str(report))})")
+
+
+def run_updates(experiment: ExperimentResult, folder: Path, run: Callable[[Callable[[Any], None]], ExperimentResult],
+                plan: str) -> Iterator[tuple[Any, ...]]:
+    """The tab's (progress, winners, levels, curves, report) while `run(report)` runs the experiment:
+    the progress line, and the figures again each time a level finishes (not only at the end)."""
+    skip = gr.skip
+    head = f"{plan}\n\n{report_link(folder)}"
+    yield head, skip(), skip(), skip(), gr.DownloadButton(visible=False)
+    work = BackgroundWork(run)
+    shown = 0
+    for p in work:
+        bar = ""
+        if p.total:
+            filled = int(20 * p.done / p.total)
+            bar = "`[" + "#" * filled + "." * (20 - filled) + "]` "
+        text = f"{head}\n\n{bar}**{p.line()}**"
+        finished = sum(len(c.levels) for c in experiment.configs)
+        if finished != shown:  # a level finished: its figures now, the rest as they come
+            shown = finished
+            yield text, winners_frame(experiment), levels_frame(experiment), curves_html(experiment), skip()
+        else:
+            yield text, skip(), skip(), skip(), skip()
+    if work.error is not None:
+        yield f"**Experiment failed:** {work.error}\n\n{report_link(folder)}", skip(), skip(), skip(), skip()
+        return
+    result = work.result
+    failed = "".join(f"\n\n⚠ **{c.label} failed to launch:** {(c.diagnosis or {}).get('summary')}"
+                     for c in result.configs if c.status == "failed")
+    status = "**Done.**" if result.status == "done" else f"⚠ **Partial:** {result.partial}"
+    yield (f"{status} {report_link(folder)}{failed}", winners_frame(result), levels_frame(result),
+           curves_html(result), gr.DownloadButton(value=str(folder / REPORT_FILE), visible=True))
+
+
+@dataclass
+class ExperimentTab:
+    inputs: list[Any]
+    machine: gr.Markdown
+    occupied: gr.Row
+    check_machine: Callable[..., tuple[str, Any]]  # (inputs) -> machine, occupied
+
+
+def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path | None = None) -> ExperimentTab:
+    """`results_root`: where experiments' folders go (default: experiments/ in the current folder)."""
     from workbench.recipes.plan import split_extra_flags
     from workbench.server.page_flags import check_page_flags, vllm_flag_table
 
+    root = (results_root or Path(EXPERIMENTS_DIR)).resolve()
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             hardware = gr.Textbox(default_hardware, label="Hardware", elem_id="exp-hardware")
@@ -123,11 +195,18 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
             run = gr.Button("Run experiment", variant="primary", elem_id="exp-run")
             stop = gr.Button("Stop (keeps what was measured)", elem_id="exp-stop")
         with gr.Column(scale=2):
+            machine = gr.Markdown(elem_id="exp-machine")
+            with gr.Row(visible=False) as occupied:
+                attach = gr.Button("Measure the running server instead (attach)", elem_id="exp-attach")
+                stop_server = gr.Button("Stop the running server", elem_id="exp-stop-server")
             progress = gr.Markdown("*Not run yet.* The built-in workload: code edits, summaries, extraction, "
-                                   "chat and copying; each configuration is launched in turn on one port.",
-                                   elem_id="exp-progress")
-            winners = gr.Dataframe(label="Winners per concurrency", interactive=False, elem_id="exp-winners")
-            table = gr.Dataframe(label="Each level's figures", interactive=False, elem_id="exp-levels-table")
+                                   f"chat and copying; each configuration is launched in turn on one port. "
+                                   f"Results go to `{root}`.", elem_id="exp-progress")
+            # Headers from the start (no placeholder columns); wrapped so no column runs off the right.
+            winners = gr.Dataframe(headers=WINNER_COLUMNS, label="Winners per concurrency", interactive=False,
+                                   wrap=True, elem_id="exp-winners")
+            table = gr.Dataframe(headers=LEVEL_COLUMNS, label="Each level's figures (as each level finishes)",
+                                 interactive=False, wrap=True, elem_id="exp-levels-table")
             curves = gr.HTML(elem_id="exp-curves")
             report = gr.DownloadButton("Download the report (HTML)", visible=False, elem_id="exp-report")
     stop_flag = threading.Event()
@@ -139,38 +218,64 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         return "\n\n".join(plan_lines(experiment))
 
+    def check_machine(hw, sp, lv, rq, ol, ex, gp):
+        try:
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+        except WorkbenchError:
+            return machine_outputs(None)  # the plan says why when it is shown or run
+        return machine_outputs(occupancy_before(experiment, catalog, state_dir=state_dir))
+
+    def start(experiment: ExperimentResult):
+        folder = default_output_dir(root)
+        stop_flag.clear()
+        yield from run_updates(experiment, folder,
+                               lambda report: run_experiment(experiment, folder, catalog, progress=report,
+                                                             should_stop=stop_flag.is_set, state_dir=state_dir),
+                               "\n\n".join(plan_lines(experiment)))
+
     def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp):
         try:
             experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
             if (ex or "").strip():
                 check_page_flags(split_extra_flags([ex.strip()]), vllm_flag_table())
+            occupancy = occupancy_before(experiment, catalog, state_dir=state_dir)
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
-        folder = Path(tempfile.mkdtemp(prefix=f"experiment-{dt.datetime.now():%Y%m%d-%H%M%S}-"))
-        plan = "\n\n".join(plan_lines(experiment))
-        stop_flag.clear()
-        work = BackgroundWork(lambda report: run_experiment(experiment, folder, catalog, progress=report,
-                                                            should_stop=stop_flag.is_set, state_dir=state_dir))
-        yield plan, gr.skip(), gr.skip(), gr.skip(), gr.DownloadButton(visible=False)
-        for p in work:
-            bar = ""
-            if p.total:
-                filled = int(20 * p.done / p.total)
-                bar = "`[" + "#" * filled + "." * (20 - filled) + "]` "
-            yield f"{plan}\n\n{bar}**{p.line()}**", gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        if work.error is not None:
-            yield f"❌ **Experiment failed:** {work.error}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        if occupancy is not None and occupancy.blocking:
+            error = occupancy.error()
+            yield f"**Not started.** {error.message}\n\n{error.hint}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
-        result = work.result
-        failed = "".join(f"\n\n⚠️ **{c.label} failed to launch:** {(c.diagnosis or {}).get('summary')}"
-                         for c in result.configs if c.status == "failed")
-        status = "✅ **Done.**" if result.status == "done" else f"⚠️ **Partial:** {result.partial}"
-        yield (f"{status} Results in `{folder}`.{failed}", winners_frame(result), levels_frame(result),
-               curves_html(result), gr.DownloadButton(value=str(folder / "report.html"), visible=True))
+        yield from start(experiment)
+
+    def attach_fn(lv, rq, ol, gp):
+        running = find_running(state_dir)
+        if running is None:
+            raise gr.Error("No workbench server is running now: run the experiment, or launch one first.",
+                           print_exception=False)
+        try:
+            settings = ExperimentSettings(concurrency=_levels(lv), requests_per_level=_whole(rq, "Requests", None),
+                                          output_tokens=_whole(ol, "Output tokens", 128) or 128,
+                                          goodput=parse_goodput(gp or None), attach_url=running.base_url)
+        except WorkbenchError as exc:
+            raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
+        experiment = new_experiment([ExperimentConfig(f"attached ({running.model})", Selection())], settings,
+                                    builtin_workload())
+        yield from start(experiment)
+
+    def stop_server_fn():
+        running = find_running(state_dir)
+        if running is not None:
+            running.stop()
 
     inputs = [hardware, specs, levels, requests, osl, extra, goodput]
-    preview.click(preview_plan, inputs, progress)
+    shown = [progress, winners, table, curves, report]
+    said = [machine, occupied]
+    preview.click(preview_plan, inputs, progress).then(check_machine, inputs, said)
     # Launches servers: not in the app's API (see the module docstring).
-    run.click(run_experiment_fn, inputs, [progress, winners, table, curves, report], concurrency_limit=1,
-              concurrency_id="experiment", api_visibility="private")
+    run.click(check_machine, inputs, said).then(
+        run_experiment_fn, inputs, shown, concurrency_limit=1, concurrency_id="experiment", api_visibility="private")
+    attach.click(attach_fn, [levels, requests, osl, goodput], shown, concurrency_limit=1,
+                 concurrency_id="experiment", api_visibility="private")
+    stop_server.click(stop_server_fn, None, None, api_visibility="private").then(check_machine, inputs, said)
     stop.click(stop_flag.set, None, None, api_visibility="private")
+    return ExperimentTab(inputs, machine, occupied, check_machine)

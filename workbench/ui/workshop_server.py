@@ -193,7 +193,8 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
 
     app = gr.mount_gradio_app(app, presenter.blocks, path="/presenter", auth=settings.presenter_auth,
                               auth_message="The presenter's login (--presenter-auth).", show_error=False,
-                              js=VISIBILITY_JS, max_file_size=PRESENTER_MAX_FILE)
+                              js=VISIBILITY_JS, max_file_size=PRESENTER_MAX_FILE,
+                              allowed_paths=list(presenter.allowed_paths))
     app = gr.mount_gradio_app(app, attendee, path="/", auth_dependency=attendee_name, show_error=False,
                               max_file_size=0)
     app.add_middleware(JoinRedirect, signed_in=attendee_name)
