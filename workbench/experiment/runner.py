@@ -4,7 +4,9 @@ For each configuration in turn: render its plan, launch it on the experiment's o
 port (or use the server at --attach URL), wait until ready, then at each concurrency
 level run the same workload through `workbench.bench.run_benchmark` (a warm-up, the
 /metrics counters read before and after the measured requests), write the results,
-and stop the server before the next configuration.
+and stop the server before the next configuration. With a quality pass
+(ExperimentSettings.quality), the same server then answers the agreement prompts and
+lm-eval's task before it is stopped (quality_run.py).
 
 Nothing is lost: a configuration that fails to launch is recorded as failed with its
 diagnosis and the experiment goes on; results are written after every level; Ctrl-C
@@ -30,6 +32,7 @@ import httpx
 from workbench.bench import BenchConfig, BenchProgress, run_benchmark
 from workbench.errors import LaunchError, WorkbenchError
 from workbench.experiment.configs import ExperimentConfig, render_config
+from workbench.experiment.quality_run import QualityProgress, guess_seconds, measure_quality
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings
 from workbench.experiment.report import report_html
 from workbench.experiment.workloads import Workload
@@ -59,7 +62,7 @@ class ExperimentProgress:
     concurrency: int | None
     level_index: int  # 1-based; 0 while launching
     levels: int
-    phase: str  # launching, warmup, running, stopping, failed, done
+    phase: str  # launching, warmup, running, agreement, accuracy (the quality pass), stopping, failed, done
     done: int = 0
     total: int | None = None
     eta_s: float | None = None
@@ -119,13 +122,23 @@ def _level_seconds(settings: ExperimentSettings, workload: Workload, concurrency
     return rounds * _output_tokens(workload, settings) / (decode_tps / math.sqrt(concurrency))
 
 
+def quality_seconds(result: ExperimentResult, decode_tps: float = _GUESS_DECODE_TPS) -> float:
+    """A guess of one configuration's quality pass (0 when it is off)."""
+    s = result.settings
+    return guess_seconds(s.quality, len(result.workload.prompts), s.output_tokens, decode_tps)
+
+
 def estimate_seconds(result: ExperimentResult, decode_tps: float = _GUESS_DECODE_TPS,
-                     launch_s: float = _GUESS_LAUNCH_S) -> float:
-    """Time left: each configuration's launch and its levels not yet done (a rough guess, said so)."""
+                     launch_s: float = _GUESS_LAUNCH_S, quality_s: float | None = None) -> float:
+    """Time left: each configuration's launch, its levels not yet done and its quality pass
+    (`quality_s`: the last pass's measured time, else a guess): a rough guess, said so."""
     total = 0.0
+    each_quality = quality_seconds(result, decode_tps) if quality_s is None else quality_s
     for c in result.configs:
         if c.status in ("done", "failed"):
             continue
+        if result.settings.quality.on and c.quality is None:
+            total += each_quality
         todo = [n for n in result.settings.concurrency if n not in c.done_levels()]
         if not todo:
             continue
@@ -149,6 +162,14 @@ def plan_lines(result: ExperimentResult) -> list[str]:
         state = f" [{c.status}{', levels done: ' + ', '.join(map(str, done)) if done else ''}]" \
             if c.status != "pending" else ""
         lines.append(f"  {c.label}{state}")
+    q = s.quality
+    if q.on:
+        reference = q.reference or (result.configs[0].label if result.configs else "-")
+        items = q.items_limit()
+        lines.append(f"Quality ({q.mode}): after each sweep, agreement with {reference} on "
+                     f"{q.prompts_for(prompts)} prompt(s) x {q.tokens_for(s.output_tokens)} tokens at temperature 0, "
+                     f"one at a time; accuracy on {'every item' if items is None else f'{items} items'} of {q.task} "
+                     f"through lm-eval; about {_clock(quality_seconds(result))} per configuration (a guess).")
     lines.append(f"Estimate: about {_clock(estimate_seconds(result))} (a guess of {_GUESS_DECODE_TPS:g} tok/s per user "
                  f"at concurrency 1 and {_GUESS_LAUNCH_S:g} s per launch; the ETA is refined as levels finish).")
     return lines
@@ -189,13 +210,19 @@ class _Run:
         self.port = port
         self.measured_tps: float | None = None
         self.launch_s: float | None = None
+        self.quality_s: float | None = None  # the last quality pass's measured time
+        self.quality_started: float | None = None
         self.last_diagnosis: dict[str, Any] | None = None
 
     def emit(self, index: int, c: ConfigResult, phase: str, concurrency: int | None = None, level: int = 0,
              done: int = 0, total: int | None = None, message: str = "") -> None:
         if self.progress is None:
             return
-        eta = estimate_seconds(self.result, self.measured_tps or _GUESS_DECODE_TPS, self.launch_s or _GUESS_LAUNCH_S)
+        decode_tps = self.measured_tps or _GUESS_DECODE_TPS
+        eta = estimate_seconds(self.result, decode_tps, self.launch_s or _GUESS_LAUNCH_S, self.quality_s)
+        if self.quality_started is not None:  # the running pass (its configuration's sweep is done): what is left
+            whole = self.quality_s if self.quality_s is not None else quality_seconds(self.result, decode_tps)
+            eta += max(0.0, whole - (time.monotonic() - self.quality_started))
         self.progress(ExperimentProgress(c.label, index, len(self.result.configs), concurrency, level,
                                          len(self.result.settings.concurrency), phase, done, total, eta, message))
 
@@ -264,9 +291,34 @@ class _Run:
         self.save()
         try:
             self.sweep(index, c, handle)
+            if settings.quality.on:
+                self.check_quality(index, c, handle)
         finally:
             self.emit(index, c, "stopping")
             handle.stop()
+
+    def check_quality(self, index: int, c: ConfigResult, handle: ServerProcess) -> None:
+        """The quality pass on the same server; its problems are recorded, never raised (the
+        speed figures are saved already). A stop during it ends the experiment, partial."""
+        settings = self.result.settings
+
+        def on_progress(p: QualityProgress) -> None:
+            self.emit(index, c, p.phase, done=p.done, total=p.total, message=p.message)
+
+        self.quality_started = time.monotonic()
+        try:
+            c.quality = measure_quality(handle.base_url, handle.model, self.result.workload.prompts, settings.quality,
+                                        settings.output_tokens, self.directory / "quality", c.label, on_progress,
+                                        self.should_stop)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted("interrupted (Ctrl-C) during the quality pass") from exc
+        finally:
+            self.quality_started = None
+        self.quality_s = c.quality.seconds
+        self.save()
+        if c.quality.status == "partial" and self.stopped():
+            c.status = "partial"
+            raise _Interrupted("stopped by the user during the quality pass")
 
     def sweep(self, index: int, c: ConfigResult, handle: ServerProcess) -> None:
         settings = self.result.settings
