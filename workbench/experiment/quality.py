@@ -343,7 +343,7 @@ class QualityRow:
             against = "" if reference_accuracy is None else f" against {_pct(reference_accuracy.value)} " \
                 f"({_interval(reference_accuracy.interval)})"
             parts.append(f"accuracy {self.accuracy_text()}{against}")
-        its = "its speed came with " if speed else ""
+        its = "at that speed, " if speed else ""
         said = {
             Verdict.LOSS: f"{its}a LOSS of quality: worse than {self.reference} beyond the 95 % intervals (flagged)",
             Verdict.NO_LOSS: f"{its}no loss of quality measured (the accuracy intervals overlap)",

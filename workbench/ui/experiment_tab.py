@@ -1,5 +1,6 @@
 """Experiment tab: choose configurations and a sweep, see the plan, run it with progress,
-then the winners table, the curves and a link to the self-contained report.
+then the winners table (with the fastest that kept quality), each configuration's quality
+beside its speed, the curves and a link to the self-contained report.
 
 The run launches vLLM servers, so (like the Server tab's launch) it is a private
 event: it is left out of the app's API, and its extra flags are re-checked here
@@ -28,6 +29,8 @@ from workbench.experiment import (
 )
 from workbench.experiment.analysis import WINNER_METRICS
 from workbench.experiment.charts import lines_svg
+from workbench.experiment.quality import BUILTIN_TASK, QUALITY_MODES, QualitySettings, Verdict
+from workbench.experiment.quality_report import LOSS_MARK, NO_LOSS_COLUMN, QUALITY_COLUMNS, quality_sentences
 from workbench.bench.goodput import parse_goodput
 from workbench.errors import InputError, WorkbenchError
 from workbench.ui.background import BackgroundWork
@@ -61,21 +64,49 @@ def _whole(text: str | None, what: str, default: int | None) -> int | None:
     return value
 
 
-def _experiment(catalog, hardware, specs, levels, requests, osl, extra, goodput):
+def _quality(mode, task, reference, configs) -> QualitySettings:
+    reference = (reference or "").strip() or None
+    if reference is not None and all(c.label != reference for c in configs):
+        raise InputError(f"The reference {reference!r} names no configuration.",
+                         hint="Give one of: " + ", ".join(c.label for c in configs) + ", or leave it empty "
+                         "for the first.", settings=("reference",))
+    return QualitySettings(mode or "quick", task=(task or "").strip() or BUILTIN_TASK, reference=reference)
+
+
+def _experiment(catalog, hardware, specs, levels, requests, osl, extra, goodput, quality="off", task="",
+                reference=""):
     extra_text = (extra or "").strip()
     base = Selection(hardware=(hardware or "").strip() or None, extra=[extra_text] if extra_text else [])
     configs = configs_from_specs(specs or "", base, catalog)
     settings = ExperimentSettings(concurrency=_levels(levels), requests_per_level=_whole(requests, "Requests", None),
                                   output_tokens=_whole(osl, "Output tokens", 128) or 128,
-                                  goodput=parse_goodput(goodput or None))
+                                  goodput=parse_goodput(goodput or None),
+                                  quality=_quality(quality, task, reference, configs))
     return new_experiment(configs, settings, builtin_workload())
 
 
 def winners_frame(result) -> pd.DataFrame:
-    rows = [{"concurrency": w.concurrency, "figure": WINNER_METRICS[w.metric][0], "winner": w.label,
-             "value": round(w.value, 2), "lead": "" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}"}
-            for w in result.winners()]
-    return pd.DataFrame(rows, columns=["concurrency", "figure", "winner", "value", "lead"])
+    """The winners; with a quality pass, a winner that lost quality is flagged and the fastest that kept it named."""
+    kept = {(w.concurrency, w.metric): w for w in result.no_loss_winners()}
+    lost = {r.label for r in result.quality_rows() if r.verdict is Verdict.LOSS}
+    columns = ["concurrency", "figure", "winner", "value", "lead", *([NO_LOSS_COLUMN] if kept else [])]
+    rows = []
+    for w in result.winners():
+        row = {"concurrency": w.concurrency, "figure": WINNER_METRICS[w.metric][0],
+               "winner": w.label + (LOSS_MARK if w.label in lost else ""), "value": round(w.value, 2),
+               "lead": "" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}"}
+        if kept:
+            best = kept.get((w.concurrency, w.metric))
+            row[NO_LOSS_COLUMN] = "-" if best is None else f"{best.label} ({best.value:,.2f})"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def quality_frame(result) -> pd.DataFrame:
+    """Each checked configuration: agreement with the reference, accuracy with its interval, the verdict."""
+    rows = [dict(zip(QUALITY_COLUMNS, [r.label, r.agreement_text(), r.accuracy_text(), r.verdict.value]))
+            for r in result.quality_rows()]
+    return pd.DataFrame(rows, columns=list(QUALITY_COLUMNS))
 
 
 def levels_frame(result) -> pd.DataFrame:
@@ -99,6 +130,7 @@ def curves_html(result) -> str:
         if f.output_tps is not None:
             tradeoff.setdefault(f.label, []).append((f.output_tps, f.decode_per_user_tps, f"c={f.concurrency}"))
     answer = "".join(f"<p><b>{x.summary}</b></p>" for x in result.crossovers())
+    answer += "".join(f"<p>{sentence}</p>" for sentence in quality_sentences(result))
     return (answer + lines_svg(tradeoff, "total output tok/s", "per-user decode tok/s")
             + lines_svg(per_user, "concurrency", "per-user decode tok/s", log_x=True))
 
@@ -119,6 +151,12 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
             extra = gr.Textbox("", label="Extra vllm serve flags (every configuration)", elem_id="exp-extra")
             goodput = gr.Textbox("", label="Goodput SLOs (optional)", placeholder="e.g. ttft:500 tpot:50",
                                  elem_id="exp-goodput")
+            quality = gr.Dropdown(list(QUALITY_MODES), value="quick", elem_id="exp-quality",
+                                  label="Quality check after each sweep (quick: about a minute per configuration "
+                                  "on the CPU engine)")
+            task = gr.Textbox(BUILTIN_TASK, label="Quality task (lm-eval)", elem_id="exp-quality-task")
+            reference = gr.Textbox("", label="Reference configuration (empty: the first)",
+                                   elem_id="exp-reference")
             preview = gr.Button("Show the plan", elem_id="exp-preview")
             run = gr.Button("Run experiment", variant="primary", elem_id="exp-run")
             stop = gr.Button("Stop (keeps what was measured)", elem_id="exp-stop")
@@ -127,21 +165,22 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
                                    "chat and copying; each configuration is launched in turn on one port.",
                                    elem_id="exp-progress")
             winners = gr.Dataframe(label="Winners per concurrency", interactive=False, elem_id="exp-winners")
+            quality_table = gr.Dataframe(label="Quality beside speed", interactive=False, elem_id="exp-quality-table")
             table = gr.Dataframe(label="Each level's figures", interactive=False, elem_id="exp-levels-table")
             curves = gr.HTML(elem_id="exp-curves")
             report = gr.DownloadButton("Download the report (HTML)", visible=False, elem_id="exp-report")
     stop_flag = threading.Event()
 
-    def preview_plan(hw, sp, lv, rq, ol, ex, gp):
+    def preview_plan(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         return "\n\n".join(plan_lines(experiment))
 
-    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp):
+    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
             if (ex or "").strip():
                 check_page_flags(split_extra_flags([ex.strip()]), vllm_flag_table())
         except WorkbenchError as exc:
@@ -151,26 +190,30 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
         stop_flag.clear()
         work = BackgroundWork(lambda report: run_experiment(experiment, folder, catalog, progress=report,
                                                             should_stop=stop_flag.is_set, state_dir=state_dir))
-        yield plan, gr.skip(), gr.skip(), gr.skip(), gr.DownloadButton(visible=False)
+        yield plan, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.DownloadButton(visible=False)
         for p in work:
             bar = ""
             if p.total:
                 filled = int(20 * p.done / p.total)
                 bar = "`[" + "#" * filled + "." * (20 - filled) + "]` "
-            yield f"{plan}\n\n{bar}**{p.line()}**", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            yield f"{plan}\n\n{bar}**{p.line()}**", gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         if work.error is not None:
-            yield f"❌ **Experiment failed:** {work.error}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            yield f"❌ **Experiment failed:** {work.error}", gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
         result = work.result
         failed = "".join(f"\n\n⚠️ **{c.label} failed to launch:** {(c.diagnosis or {}).get('summary')}"
                          for c in result.configs if c.status == "failed")
         status = "✅ **Done.**" if result.status == "done" else f"⚠️ **Partial:** {result.partial}"
-        yield (f"{status} Results in `{folder}`.{failed}", winners_frame(result), levels_frame(result),
-               curves_html(result), gr.DownloadButton(value=str(folder / "report.html"), visible=True))
+        problems = "".join(f"\n\n⚠️ **{c.label}, quality ({p.part}):** {p.message} {p.hint or ''}"
+                           for c in result.configs if c.quality for p in c.quality.problems)
+        yield (f"{status} Results in `{folder}`.{failed}{problems}", winners_frame(result), quality_frame(result),
+               levels_frame(result), curves_html(result),
+               gr.DownloadButton(value=str(folder / "report.html"), visible=True))
 
-    inputs = [hardware, specs, levels, requests, osl, extra, goodput]
+    inputs = [hardware, specs, levels, requests, osl, extra, goodput, quality, task, reference]
     preview.click(preview_plan, inputs, progress)
     # Launches servers: not in the app's API (see the module docstring).
-    run.click(run_experiment_fn, inputs, [progress, winners, table, curves, report], concurrency_limit=1,
+    run.click(run_experiment_fn, inputs, [progress, winners, quality_table, table, curves, report],
+              concurrency_limit=1,
               concurrency_id="experiment", api_visibility="private")
     stop.click(stop_flag.set, None, None, api_visibility="private")
