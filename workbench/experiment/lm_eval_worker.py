@@ -172,7 +172,8 @@ def _evaluate(request: dict[str, Any], events: _Events) -> dict[str, Any]:
     if out is None:
         raise _Problem(ProblemKind.HARNESS_FAILED, "lm-eval returned no results.", "Its log has the details.")
     samples = Path(request["samples"]) if request.get("samples") else None
-    metric, correct, n, by_kind = "", 0, 0, {}
+    metric, correct, n = "", 0, 0
+    by_kind: dict[str, list[int]] = {}
     for task_name in tasks:
         metric, c, k, kinds = _score(out, task_name, samples)
         correct, n = correct + c, n + k

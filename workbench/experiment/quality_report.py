@@ -58,7 +58,7 @@ def _speed_against(result: ExperimentResult, label: str, reference: str) -> str:
     mine = {f.concurrency: f.decode_per_user_tps for f in result.figures() if f.label == label and f.partial is None}
     theirs = {f.concurrency: f.decode_per_user_tps for f in result.figures()
               if f.label == reference and f.partial is None}
-    ratios = [(n, v / theirs[n]) for n, v in sorted(mine.items()) if v and theirs.get(n)]
+    ratios = [(n, v / t) for n, v in sorted(mine.items()) if v and (t := theirs.get(n))]
     if not ratios:
         return ""
     return f"per-user decode {ratios[0][1]:.2f}x {reference}'s at concurrency {ratios[0][0]}" + "".join(
