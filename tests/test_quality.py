@@ -155,6 +155,21 @@ def test_the_recorded_run_says_ngram_agreed_with_off_and_lost_nothing(recorded: 
     assert "Right answers per kind of item" in page and "common prefix" in page
 
 
+def test_the_experiment_tab_and_notebook_view_show_quality(recorded: ExperimentResult) -> None:
+    from workbench.notebook.experiment_view import experiment_summary
+    from workbench.ui.experiment_tab import _experiment, quality_frame, winners_frame
+
+    table = quality_frame(recorded)
+    assert list(table["configuration"]) == ["off", "ngram"] and list(table["quality"]) == ["reference", "no loss"]
+    assert "fastest with no loss of quality" in winners_frame(recorded).columns
+    html = experiment_summary(recorded)
+    assert "Quality beside speed" in html and "agreement with the reference" in html
+    plan = _experiment(load_catalog(), "cpu", "off,ngram", "1", "", "16", "", "", "quick", "", "ngram")
+    assert plan.settings.quality == QualitySettings("quick", reference="ngram")
+    with pytest.raises(InputError, match="names no configuration"):
+        _experiment(load_catalog(), "cpu", "off,ngram", "1", "", "16", "", "", "quick", "", "fp8")
+
+
 def test_a_faster_configuration_that_lost_quality_is_flagged_not_crowned(recorded: ExperimentResult) -> None:
     """The recorded run judged against ngram, with off's accuracy replaced by a lower one (an
     input to the judgement, not a measurement): off, the fastest per user there, is flagged and
