@@ -138,7 +138,7 @@ def test_the_tab_shows_each_level_as_it_finishes_and_keeps_the_results(catalog, 
     folder = tmp_path / "experiments" / "run"
     updates = list(run_updates(experiment, folder, lambda report: run_experiment(
         experiment, folder, catalog, progress=report), "plan"))
-    tables = [u[2] for u in updates if not isinstance(u[2], dict)]  # gr.skip() is a dict update
+    tables = [u[3] for u in updates if not isinstance(u[3], dict)]  # (progress, winners, quality, levels, ...)
     assert list(tables[0].columns) == LEVEL_COLUMNS
     # One table per finished level, before the end: 1 row, then 2, then 3.
     assert [len(t) for t in tables[:3]] == [1, 2, 3] and list(tables[0]["concurrency"]) == [1]

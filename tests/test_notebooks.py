@@ -191,8 +191,16 @@ def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch)
     for _, responses, metrics in agreement:
         assert float(metrics) > 0 and abs(float(responses) - float(metrics)) <= 0.05 * float(metrics)
     assert "per draft position (/metrics):" in text and "report.html" in text
-    widgets = _widget_values(nb)  # the ExperimentView: winners table, levels, the answer
+    # Quality beside speed: ngram's answers against off's at temperature 0, and lm-eval's accuracy for both.
+    assert re.search(r"^off: agreement reference; accuracy \d+ % \(\d+-\d+ %, n=12\); quality: reference$", text,
+                     re.MULTILINE), text
+    ngram = re.search(r"^ngram: agreement (\d+) % identical \((\d)/3\); common prefix ([\d.]+) of ([\d.]+) tokens; "
+                      r"accuracy \d+ % \(\d+-\d+ %, n=12\); quality: (no loss|better|loss)$", text, re.MULTILINE)
+    assert ngram, text
+    assert float(ngram.group(3)) <= float(ngram.group(4)) and (ngram.group(2) != "3" or ngram.group(3) == ngram.group(4))
+    widgets = _widget_values(nb)  # the ExperimentView: winners table, levels, the answer, quality
     assert "winner" in widgets and "per-user decode tok/s" in widgets and "ngram is ahead of off" in widgets
+    assert "agreement with the reference" in widgets and "at that speed" in widgets
     assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == 1  # only the demo server runs
 
 

@@ -86,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     # experiments
     "ExperimentConfig": "workbench.experiment",
     "ExperimentSettings": "workbench.experiment",
+    "QualitySettings": "workbench.experiment",
     "builtin_workload": "workbench.experiment",
     "configs_from_specs": "workbench.experiment",
     "load_dataset": "workbench.experiment",
@@ -167,6 +168,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.experiment import (
         ExperimentConfig,
         ExperimentSettings,
+        QualitySettings,
         builtin_workload,
         configs_from_specs,
         load_dataset,

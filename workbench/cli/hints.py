@@ -44,6 +44,11 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "features": "--features",
     "preset": "--preset",
     "resume": "--resume",
+    # experiment
+    "vary": "--vary",
+    "reference": "--reference",
+    "quality": "--quality",
+    "quality_task": "--quality-task",
     "download": "--download",
     # which server, and how it is launched
     "url": "--url",

@@ -101,7 +101,8 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _print(message: str) -> None:
+def print_progress(message: str) -> None:
+    """The builds' default progress: each step on its own line, at once."""
     print(message, flush=True)
 
 
@@ -118,7 +119,7 @@ def _import_transformers() -> tuple[Any, Any]:
 
 
 def build_demo_model(
-    dest: Path | None = None, *, force: bool = False, progress: Progress = _print
+    dest: Path | None = None, *, force: bool = False, progress: Progress = print_progress
 ) -> BuiltModel:
     """Build SmolLM2-135M-Instruct from the packaged GGUF, once, and check it."""
     started = time.monotonic()
@@ -279,7 +280,7 @@ def build_tiny_random_model(
     dtype: str = "float32",
     dest: Path | None = None,
     force: bool = False,
-    progress: Progress = _print,
+    progress: Progress = print_progress,
 ) -> BuiltModel:
     """Build a random-weight model with SmolLM2's tokenizer plus the forcing special tokens,
     once, into the cache folder (about 10 s). `architecture` is "llama" (LlamaForCausalLM),
@@ -353,7 +354,7 @@ _TINY_SHAPE: dict[str, Any] = {
 
 
 def build_forcing_model(
-    dest: Path | None = None, *, force: bool = False, progress: Progress = _print
+    dest: Path | None = None, *, force: bool = False, progress: Progress = print_progress
 ) -> BuiltModel:
     """Build the tiny random-weight model whose reasoning and tool calls are forced."""
     return build_tiny_random_model(FORCING_MODEL_NAME, FORCING_CHAT_TEMPLATE, dest=dest, force=force,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workbench.demo.models import FORCING_CHAT_TEMPLATE, BuiltModel, Progress, build_tiny_random_model
+from workbench.demo.models import FORCING_CHAT_TEMPLATE, BuiltModel, Progress, build_tiny_random_model, print_progress
 from workbench.recipes.rehearsal import REHEARSAL_BUILD
 
 __all__ = ["REHEARSAL_CONFIG", "REHEARSAL_NAME", "build_rehearsal_model"]
@@ -56,12 +56,8 @@ REHEARSAL_CONFIG: dict[str, Any] = {
 }
 
 
-def _say(message: str) -> None:
-    print(message, flush=True)
-
-
 def build_rehearsal_model(dest: Path | None = None, *, force: bool = False,
-                          progress: Progress = _say) -> BuiltModel:
+                          progress: Progress = print_progress) -> BuiltModel:
     """Build (once) the rehearsal model into the cache folder; about 10 s on a CPU."""
     return build_tiny_random_model(
         REHEARSAL_NAME, FORCING_CHAT_TEMPLATE, architecture="nemotron_h",

@@ -230,9 +230,9 @@ class Crossover:
             return (f"{self.label} never pays at the levels measured ({levels}): per-user decode against "
                     f"{self.baseline} {lead}.")
         if verdict is CrossoverVerdict.PAYS_LATER:
-            first = next(c for c, r in self.speedups if r >= 1.0)
+            ahead_from = next(c for c, r in self.speedups if r >= 1.0)
             return (f"{self.label} is behind {self.baseline} at concurrency {self.speedups[0][0]} and ahead from "
-                    f"concurrency {first}: per-user decode {lead}.")
+                    f"concurrency {ahead_from}: per-user decode {lead}.")
         if self.stops_paying_at is not None:
             return (f"{self.label} stops paying at concurrency {self.stops_paying_at}: per-user decode against "
                     f"{self.baseline} {lead}.")

@@ -4,7 +4,9 @@ For each configuration in turn: render its plan, launch it on the experiment's o
 port (or use the server at --attach URL), wait until ready, then at each concurrency
 level run the same workload through `workbench.bench.run_benchmark` (a warm-up, the
 /metrics counters read before and after the measured requests), write the results,
-and stop the server before the next configuration.
+and stop the server before the next configuration. With a quality pass
+(ExperimentSettings.quality), the same server then answers the agreement prompts and
+lm-eval's task before it is stopped (quality_run.py).
 
 Before anything starts, what already holds the machine is looked for (occupancy.py): on a
 GPU a running server or GPU memory in use refuses the experiment (LaunchError, with the
@@ -35,6 +37,7 @@ from workbench.bench import BenchConfig, BenchProgress, run_benchmark
 from workbench.errors import LaunchError, WorkbenchError
 from workbench.experiment.configs import ExperimentConfig, render_config
 from workbench.experiment.occupancy import Occupancy, check_occupancy
+from workbench.experiment.quality_run import QualityProgress, guess_seconds, measure_quality
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings
 from workbench.experiment.report import report_html
 from workbench.experiment.workloads import Workload
@@ -89,7 +92,7 @@ class ExperimentProgress:
     concurrency: int | None
     level_index: int  # 1-based; 0 while launching
     levels: int
-    phase: str  # launching, warmup, running, stopping, failed, done
+    phase: str  # launching, warmup, running, agreement, accuracy (the quality pass), stopping, failed, done
     done: int = 0
     total: int | None = None
     eta_s: float | None = None
@@ -149,14 +152,29 @@ def _level_seconds(settings: ExperimentSettings, workload: Workload, concurrency
     return rounds * _output_tokens(workload, settings) / (decode_tps / math.sqrt(concurrency))
 
 
+def _first_pace(result: ExperimentResult) -> Pace:
+    return guess_pace(result.machine.get("hardware"), result.configs[0].config) if result.configs else PACES["cpu"]
+
+
+def quality_seconds(result: ExperimentResult, decode_tps: float | None = None) -> float:
+    """A guess of one configuration's quality pass (0 when it is off)."""
+    s = result.settings
+    return guess_seconds(s.quality, len(result.workload.prompts), s.output_tokens,
+                         decode_tps or _first_pace(result).decode_tps)
+
+
 def estimate_seconds(result: ExperimentResult, decode_tps: float | None = None,
-                     launch_s: float | None = None) -> float:
-    """Time left: each configuration's launch and its levels not yet done. Measured figures where
-    given (`decode_tps`, `launch_s`), else each configuration's guessed pace on this machine."""
+                     launch_s: float | None = None, quality_s: float | None = None) -> float:
+    """Time left: each configuration's launch, its levels not yet done and its quality pass. Measured
+    figures where given (`decode_tps`, `launch_s`, `quality_s`: the last pass's time), else each
+    configuration's guessed pace on this machine."""
     total = 0.0
+    each_quality = quality_seconds(result, decode_tps) if quality_s is None else quality_s
     for c in result.configs:
         if c.status in ("done", "failed"):
             continue
+        if result.settings.quality.on and c.quality is None:
+            total += each_quality
         todo = [n for n in result.settings.concurrency if n not in c.done_levels()]
         if not todo:
             continue
@@ -182,6 +200,14 @@ def plan_lines(result: ExperimentResult) -> list[str]:
         state = f" [{c.status}{', levels done: ' + ', '.join(map(str, done)) if done else ''}]" \
             if c.status != "pending" else ""
         lines.append(f"  {c.label}{state}")
+    q = s.quality
+    if q.on:
+        reference = q.reference or (result.configs[0].label if result.configs else "-")
+        items = q.items_limit()
+        lines.append(f"Quality ({q.mode}): after each sweep, agreement with {reference} on "
+                     f"{q.prompts_for(prompts)} prompt(s) x {q.tokens_for(s.output_tokens)} tokens at temperature 0, "
+                     f"one at a time; accuracy on {'every item' if items is None else f'{items} items'} of {q.task} "
+                     f"through lm-eval; about {_clock(quality_seconds(result))} per configuration (a guess).")
     paces = sorted({guess_pace(result.machine.get("hardware"), c.config) for c in result.configs},
                    key=lambda p: p.decode_tps)
     guess = "; ".join(f"{p.decode_tps:g} tok/s per user at concurrency 1 and {p.launch_s:g} s per launch on "
@@ -226,13 +252,18 @@ class _Run:
         self.port = port
         self.measured_tps: float | None = None
         self.launch_s: float | None = None
+        self.quality_s: float | None = None  # the last quality pass's measured time
+        self.quality_started: float | None = None
         self.last_diagnosis: dict[str, Any] | None = None
 
     def emit(self, index: int, c: ConfigResult, phase: str, concurrency: int | None = None, level: int = 0,
              done: int = 0, total: int | None = None, message: str = "") -> None:
         if self.progress is None:
             return
-        eta = estimate_seconds(self.result, self.measured_tps, self.launch_s)
+        eta = estimate_seconds(self.result, self.measured_tps, self.launch_s, self.quality_s)
+        if self.quality_started is not None:  # the running pass (its configuration's sweep is done): what is left
+            whole = self.quality_s if self.quality_s is not None else quality_seconds(self.result, self.measured_tps)
+            eta += max(0.0, whole - (time.monotonic() - self.quality_started))
         self.progress(ExperimentProgress(c.label, index, len(self.result.configs), concurrency, level,
                                          len(self.result.settings.concurrency), phase, done, total, eta, message))
 
@@ -301,9 +332,34 @@ class _Run:
         self.save()
         try:
             self.sweep(index, c, handle)
+            if settings.quality.on:
+                self.check_quality(index, c, handle)
         finally:
             self.emit(index, c, "stopping")
             handle.stop()
+
+    def check_quality(self, index: int, c: ConfigResult, handle: ServerProcess) -> None:
+        """The quality pass on the same server; its problems are recorded, never raised (the
+        speed figures are saved already). A stop during it ends the experiment, partial."""
+        settings = self.result.settings
+
+        def on_progress(p: QualityProgress) -> None:
+            self.emit(index, c, p.phase, done=p.done, total=p.total, message=p.message)
+
+        self.quality_started = time.monotonic()
+        try:
+            c.quality = measure_quality(handle.base_url, handle.model, self.result.workload.prompts, settings.quality,
+                                        settings.output_tokens, self.directory / "quality", c.label, on_progress,
+                                        self.should_stop)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted("interrupted (Ctrl-C) during the quality pass") from exc
+        finally:
+            self.quality_started = None
+        self.quality_s = c.quality.seconds
+        self.save()
+        if c.quality.status == "partial" and self.stopped():
+            c.status = "partial"
+            raise _Interrupted("stopped by the user during the quality pass")
 
     def sweep(self, index: int, c: ConfigResult, handle: ServerProcess) -> None:
         settings = self.result.settings

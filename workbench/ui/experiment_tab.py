@@ -1,6 +1,7 @@
 """Experiment tab: choose configurations and a sweep, see the plan, run it with progress,
-each level's figures as it finishes, the winners table, the curves and a link to the
-self-contained report, in a folder that is kept (experiments/<date-time>).
+each level's figures as it finishes, the winners table (with the fastest that kept quality),
+each configuration's quality beside its speed, the curves and a link to the self-contained
+report, in a folder that is kept (experiments/<date-time>).
 
 Before a run it says what already holds the machine (workbench.experiment.occupancy): on
 the CPU engine the experiment starts its own vLLM beside a running server (and says so); on
@@ -36,6 +37,8 @@ from workbench.experiment.analysis import WINNER_METRICS
 from workbench.experiment.charts import lines_svg
 from workbench.experiment.configs import ExperimentConfig
 from workbench.experiment.occupancy import Occupancy
+from workbench.experiment.quality import BUILTIN_TASK, QUALITY_MODES, QualitySettings, Verdict
+from workbench.experiment.quality_report import LOSS_MARK, NO_LOSS_COLUMN, QUALITY_COLUMNS, quality_sentences
 from workbench.experiment.results import EXPERIMENTS_DIR, REPORT_FILE, ExperimentResult, default_output_dir
 from workbench.experiment.runner import occupancy_before
 from workbench.bench.goodput import parse_goodput
@@ -75,21 +78,49 @@ def _whole(text: str | None, what: str, default: int | None) -> int | None:
     return value
 
 
-def _experiment(catalog, hardware, specs, levels, requests, osl, extra, goodput):
+def _quality(mode, task, reference, configs) -> QualitySettings:
+    reference = (reference or "").strip() or None
+    if reference is not None and all(c.label != reference for c in configs):
+        raise InputError(f"The reference {reference!r} names no configuration.",
+                         hint="Give one of: " + ", ".join(c.label for c in configs) + ", or leave it empty "
+                         "for the first.", settings=("reference",))
+    return QualitySettings(mode or "quick", task=(task or "").strip() or BUILTIN_TASK, reference=reference)
+
+
+def _experiment(catalog, hardware, specs, levels, requests, osl, extra, goodput, quality="off", task="",
+                reference=""):
     extra_text = (extra or "").strip()
     base = Selection(hardware=(hardware or "").strip() or None, extra=[extra_text] if extra_text else [])
     configs = configs_from_specs(specs or "", base, catalog)
     settings = ExperimentSettings(concurrency=_levels(levels), requests_per_level=_whole(requests, "Requests", None),
                                   output_tokens=_whole(osl, "Output tokens", 128) or 128,
-                                  goodput=parse_goodput(goodput or None))
+                                  goodput=parse_goodput(goodput or None),
+                                  quality=_quality(quality, task, reference, configs))
     return new_experiment(configs, settings, builtin_workload())
 
 
 def winners_frame(result) -> pd.DataFrame:
-    rows = [{"concurrency": w.concurrency, "figure": WINNER_METRICS[w.metric][0], "winner": w.label,
-             "value": round(w.value, 2), "lead": "" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}"}
-            for w in result.winners()]
-    return pd.DataFrame(rows, columns=WINNER_COLUMNS)
+    """The winners; with a quality pass, a winner that lost quality is flagged and the fastest that kept it named."""
+    kept = {(w.concurrency, w.metric): w for w in result.no_loss_winners()}
+    lost = {r.label for r in result.quality_rows() if r.verdict is Verdict.LOSS}
+    columns = [*WINNER_COLUMNS, *([NO_LOSS_COLUMN] if kept else [])]
+    rows = []
+    for w in result.winners():
+        row = {"concurrency": w.concurrency, "figure": WINNER_METRICS[w.metric][0],
+               "winner": w.label + (LOSS_MARK if w.label in lost else ""), "value": round(w.value, 2),
+               "lead": "" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}"}
+        if kept:
+            best = kept.get((w.concurrency, w.metric))
+            row[NO_LOSS_COLUMN] = "-" if best is None else f"{best.label} ({best.value:,.2f})"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def quality_frame(result) -> pd.DataFrame:
+    """Each checked configuration: agreement with the reference, accuracy with its interval, the verdict."""
+    rows = [dict(zip(QUALITY_COLUMNS, [r.label, r.agreement_text(), r.accuracy_text(), r.verdict.value]))
+            for r in result.quality_rows()]
+    return pd.DataFrame(rows, columns=list(QUALITY_COLUMNS))
 
 
 def levels_frame(result) -> pd.DataFrame:
@@ -113,6 +144,7 @@ def curves_html(result) -> str:
         if f.output_tps is not None:
             tradeoff.setdefault(f.label, []).append((f.output_tps, f.decode_per_user_tps, f"c={f.concurrency}"))
     answer = "".join(f"<p><b>{x.summary}</b></p>" for x in result.crossovers())
+    answer += "".join(f"<p>{sentence}</p>" for sentence in quality_sentences(result))
     return (answer + lines_svg(tradeoff, "total output tok/s", "per-user decode tok/s")
             + lines_svg(per_user, "concurrency", "per-user decode tok/s", log_x=True))
 
@@ -135,11 +167,11 @@ def report_link(folder: Path) -> str:
 
 def run_updates(experiment: ExperimentResult, folder: Path, run: Callable[[Callable[[Any], None]], ExperimentResult],
                 plan: str) -> Iterator[tuple[Any, ...]]:
-    """The tab's (progress, winners, levels, curves, report) while `run(report)` runs the experiment:
+    """The tab's (progress, winners, quality, levels, curves, report) while `run(report)` runs the experiment:
     the progress line, and the figures again each time a level finishes (not only at the end)."""
     skip = gr.skip
     head = f"{plan}\n\n{report_link(folder)}"
-    yield head, skip(), skip(), skip(), gr.DownloadButton(visible=False)
+    yield head, skip(), skip(), skip(), skip(), gr.DownloadButton(visible=False)
     work = BackgroundWork(run)
     shown = 0
     for p in work:
@@ -151,18 +183,21 @@ def run_updates(experiment: ExperimentResult, folder: Path, run: Callable[[Calla
         finished = sum(len(c.levels) for c in experiment.configs)
         if finished != shown:  # a level finished: its figures now, the rest as they come
             shown = finished
-            yield text, winners_frame(experiment), levels_frame(experiment), curves_html(experiment), skip()
+            yield (text, winners_frame(experiment), quality_frame(experiment), levels_frame(experiment),
+                   curves_html(experiment), skip())
         else:
-            yield text, skip(), skip(), skip(), skip()
+            yield text, skip(), skip(), skip(), skip(), skip()
     if work.error is not None:
-        yield f"**Experiment failed:** {work.error}\n\n{report_link(folder)}", skip(), skip(), skip(), skip()
+        yield f"**Experiment failed:** {work.error}\n\n{report_link(folder)}", skip(), skip(), skip(), skip(), skip()
         return
     result = work.result
     failed = "".join(f"\n\n⚠ **{c.label} failed to launch:** {(c.diagnosis or {}).get('summary')}"
                      for c in result.configs if c.status == "failed")
     status = "**Done.**" if result.status == "done" else f"⚠ **Partial:** {result.partial}"
-    yield (f"{status} {report_link(folder)}{failed}", winners_frame(result), levels_frame(result),
-           curves_html(result), gr.DownloadButton(value=str(folder / REPORT_FILE), visible=True))
+    problems = "".join(f"\n\n⚠ **{c.label}, quality ({p.part}):** {p.message} {p.hint or ''}"
+                       for c in result.configs if c.quality for p in c.quality.problems)
+    yield (f"{status} {report_link(folder)}{failed}{problems}", winners_frame(result), quality_frame(result),
+           levels_frame(result), curves_html(result), gr.DownloadButton(value=str(folder / REPORT_FILE), visible=True))
 
 
 @dataclass
@@ -191,6 +226,12 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
             extra = gr.Textbox("", label="Extra vllm serve flags (every configuration)", elem_id="exp-extra")
             goodput = gr.Textbox("", label="Goodput SLOs (optional)", placeholder="e.g. ttft:500 tpot:50",
                                  elem_id="exp-goodput")
+            quality = gr.Dropdown(list(QUALITY_MODES), value="quick", elem_id="exp-quality",
+                                  label="Quality check after each sweep (quick: about a minute per configuration "
+                                  "on the CPU engine)")
+            task = gr.Textbox(BUILTIN_TASK, label="Quality task (lm-eval)", elem_id="exp-quality-task")
+            reference = gr.Textbox("", label="Reference configuration (empty: the first)",
+                                   elem_id="exp-reference")
             preview = gr.Button("Show the plan", elem_id="exp-preview")
             run = gr.Button("Run experiment", variant="primary", elem_id="exp-run")
             stop = gr.Button("Stop (keeps what was measured)", elem_id="exp-stop")
@@ -205,22 +246,24 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
             # Headers from the start (no placeholder columns); wrapped so no column runs off the right.
             winners = gr.Dataframe(headers=WINNER_COLUMNS, label="Winners per concurrency", interactive=False,
                                    wrap=True, elem_id="exp-winners")
+            quality_table = gr.Dataframe(headers=list(QUALITY_COLUMNS), label="Quality beside speed",
+                                         interactive=False, wrap=True, elem_id="exp-quality-table")
             table = gr.Dataframe(headers=LEVEL_COLUMNS, label="Each level's figures (as each level finishes)",
                                  interactive=False, wrap=True, elem_id="exp-levels-table")
             curves = gr.HTML(elem_id="exp-curves")
             report = gr.DownloadButton("Download the report (HTML)", visible=False, elem_id="exp-report")
     stop_flag = threading.Event()
 
-    def preview_plan(hw, sp, lv, rq, ol, ex, gp):
+    def preview_plan(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         return "\n\n".join(plan_lines(experiment))
 
-    def check_machine(hw, sp, lv, rq, ol, ex, gp):
+    def check_machine(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
         except WorkbenchError:
             return machine_outputs(None)  # the plan says why when it is shown or run
         return machine_outputs(occupancy_before(experiment, catalog, state_dir=state_dir))
@@ -233,9 +276,9 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
                                                              should_stop=stop_flag.is_set, state_dir=state_dir),
                                "\n\n".join(plan_lines(experiment)))
 
-    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp):
+    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
             if (ex or "").strip():
                 check_page_flags(split_extra_flags([ex.strip()]), vllm_flag_table())
             occupancy = occupancy_before(experiment, catalog, state_dir=state_dir)
@@ -243,11 +286,12 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         if occupancy is not None and occupancy.blocking:
             error = occupancy.error()
-            yield f"**Not started.** {error.message}\n\n{error.hint}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            yield (f"**Not started.** {error.message}\n\n{error.hint}", gr.skip(), gr.skip(), gr.skip(), gr.skip(),
+                   gr.skip())
             return
         yield from start(experiment)
 
-    def attach_fn(lv, rq, ol, gp):
+    def attach_fn(lv, rq, ol, gp, qm, qt):
         running = find_running(state_dir)
         if running is None:
             raise gr.Error("No workbench server is running now: run the experiment, or launch one first.",
@@ -255,7 +299,8 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
         try:
             settings = ExperimentSettings(concurrency=_levels(lv), requests_per_level=_whole(rq, "Requests", None),
                                           output_tokens=_whole(ol, "Output tokens", 128) or 128,
-                                          goodput=parse_goodput(gp or None), attach_url=running.base_url)
+                                          goodput=parse_goodput(gp or None), attach_url=running.base_url,
+                                          quality=QualitySettings(qm or "quick", task=(qt or "").strip() or BUILTIN_TASK))
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         experiment = new_experiment([ExperimentConfig(f"attached ({running.model})", Selection())], settings,
@@ -267,14 +312,14 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
         if running is not None:
             running.stop()
 
-    inputs = [hardware, specs, levels, requests, osl, extra, goodput]
-    shown = [progress, winners, table, curves, report]
+    inputs = [hardware, specs, levels, requests, osl, extra, goodput, quality, task, reference]
+    shown = [progress, winners, quality_table, table, curves, report]
     said = [machine, occupied]
     preview.click(preview_plan, inputs, progress).then(check_machine, inputs, said)
     # Launches servers: not in the app's API (see the module docstring).
     run.click(check_machine, inputs, said).then(
         run_experiment_fn, inputs, shown, concurrency_limit=1, concurrency_id="experiment", api_visibility="private")
-    attach.click(attach_fn, [levels, requests, osl, goodput], shown, concurrency_limit=1,
+    attach.click(attach_fn, [levels, requests, osl, goodput, quality, task], shown, concurrency_limit=1,
                  concurrency_id="experiment", api_visibility="private")
     stop_server.click(stop_server_fn, None, None, api_visibility="private").then(check_machine, inputs, said)
     stop.click(stop_flag.set, None, None, api_visibility="private")
