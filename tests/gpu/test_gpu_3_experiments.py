@@ -1,9 +1,13 @@
-"""Speculative decoding on the GPU: `experiment --spec off,ngram` with SmolLM2, eager and with CUDA graphs.
+"""Experiments on the GPU, each configuration launched by the workbench in turn.
 
-Each configuration is launched by the workbench, one after the other, on the GPU; the
-printed winners table and the crossover verdict are what the closing note quotes. Which
-configuration wins is the measurement, not an assertion: the test holds that both ran,
-that the verdict agrees with the figures, and that the estimate was the GPU's.
+`experiment --spec off,ngram` with SmolLM2, with CUDA graphs and eager: the printed winners
+table and the crossover verdict are what the closing note quotes. Which configuration wins
+is the measurement, not an assertion: the test holds that both ran, that the verdict agrees
+with the figures, and that the estimate was the GPU's.
+
+And the rehearsal model's Mamba SSM cache in float32 against float16 (`--vary`), with the
+quality pass: random weights say nothing about accuracy, so the agreement of float16's
+temperature-0 answers with float32's is the figure that matters there.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from workbench.server.hardware import Detection
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("mode", ["eager", "cudagraphs"])
+@pytest.mark.parametrize("mode", ["cudagraphs", "eager"])
 def test_off_vs_ngram(mode: str, gpu_machine: Detection, gpu_state_dir: Path, report: Report,
                       tmp_path: Path) -> None:
     out = tmp_path / f"experiment-{mode}"
@@ -42,3 +46,22 @@ def test_off_vs_ngram(mode: str, gpu_machine: Detection, gpu_state_dir: Path, re
                 else CrossoverVerdict.STOPS_PAYING if ahead[0] else CrossoverVerdict.PAYS_LATER)
     assert crossover.verdict is expected
     assert crossover.summary in done.stdout or crossover.summary.split(":")[0] in done.stdout
+
+
+def test_ssm_cache_float32_against_float16_on_the_rehearsal(gpu_machine: Detection, gpu_state_dir: Path,
+                                                            report: Report, tmp_path: Path) -> None:
+    out = tmp_path / "experiment-ssm"
+    # Without the reasoning parser the answers are the model's whole text (its template opens <think>).
+    done = workbench("experiment", "--hardware", gpu_machine.hardware_id, "--rehearsal", "--features", "tool_calling",
+                     "--vary", "ssm32=--mamba-ssm-cache-dtype float32",
+                     "--vary", "ssm16=--mamba-ssm-cache-dtype float16", "--concurrency", "1,16", "--osl", "64",
+                     "--quality", "quick", "--output-dir", str(out), "--quiet", state_dir=gpu_state_dir, timeout=590)
+    report.section("experiment: the rehearsal's SSM cache, float32 against float16", done.stdout + "\n"
+                   + done.stderr[-1500:])
+    summary = json.loads((out / "experiment.json").read_text())
+    report.keep("experiment_ssm_float32_vs_float16.json", json.dumps(summary, indent=1))
+    result = load_experiment(out)
+    assert [c.label for c in result.configs] == ["ssm32", "ssm16"]
+    assert [c.status for c in result.configs] == ["done", "done"], done.stderr[-2000:]
+    rows = {r.label: r for r in result.quality_rows()}
+    assert rows["ssm16"].agreement is not None and rows["ssm16"].agreement.compared >= 1
