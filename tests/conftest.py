@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.session_fixtures import off_broken_ngram_experiment  # noqa: F401 (a fixture)
+from tests.helpers.session_fixtures import off_broken_ngram_experiment, recipe_ngram_server  # noqa: F401 (fixtures)
 from tests.helpers.vllm_servers import RunningServer, start_vllm_server
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -7,10 +7,14 @@ several files only read is started once per session:
   quality pass. tests/test_experiment_live.py reads the sweep, the failed launch and the
   winners; tests/test_quality_live.py the agreement and lm-eval's accuracy. Each
   configuration is a real `vllm serve` the experiment launches and stops itself.
+- `recipe_ngram_server`: SmolLM2 with the CPU demo recipe's own per-request figures and
+  n-gram drafting flags. tests/test_metrics_live.py reads its /metrics spec-decode
+  counters, tests/test_server_figures_live.py its per-request figures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +31,8 @@ from workbench.experiment import (
     parse_config_text,
     run_experiment,
 )
-from workbench.recipes import Selection, load_catalog
+from tests.helpers.vllm_servers import RunningServer, start_vllm_server
+from workbench.recipes import Selection, load_catalog, render
 from workbench.server import free_port
 
 
@@ -56,3 +61,20 @@ def off_broken_ngram_experiment(demo_model_dir: Path, tmp_path_factory: pytest.T
                             progress=seen.append, state_dir=root / "state", port=port)
     return SharedExperiment(result, root / "exp", port, seen)
 
+
+def recipe_flags() -> list[str]:
+    """What the CPU demo recipe renders with per-request figures and n-gram drafting on,
+    less what the test server sets itself (model, port, context)."""
+    plan = render(Selection(hardware="cpu", features=["per_request_metrics", "spec_decoding"]), load_catalog())
+    flags = plan.argv[3:]
+    i = flags.index("--max-model-len")
+    return flags[:i] + flags[i + 2:]
+
+
+@pytest.fixture(scope="session")
+def recipe_ngram_server(demo_model_dir: Path, artifacts_dir: Path) -> Iterator[RunningServer]:
+    """SmolLM2 (real weights) served with `recipe_flags()`: n-gram drafting, per-request figures."""
+    server = start_vllm_server("recipe-ngram", demo_model_dir, "HuggingFaceTB/SmolLM2-135M-Instruct", artifacts_dir,
+                               extra_args=recipe_flags())
+    yield server
+    server.stop()
