@@ -10,11 +10,14 @@ several files only read is started once per session:
 - `recipe_ngram_server`: SmolLM2 with the CPU demo recipe's own per-request figures and
   n-gram drafting flags. tests/test_metrics_live.py reads its /metrics spec-decode
   counters, tests/test_server_figures_live.py its per-request figures.
+
+`SideBySide` starts the session's demo and forcing servers together (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,3 +81,41 @@ def recipe_ngram_server(demo_model_dir: Path, artifacts_dir: Path) -> Iterator[R
                                extra_args=recipe_flags())
     yield server
     server.stop()
+
+
+class SideBySide:
+    """Session servers that start together: asking for one also starts, in the background,
+    every other registered server that a collected test uses and that is not started yet,
+    and waits for all of them.
+
+    A start-up is mostly single-threaded imports (API server, engine core, worker in turn),
+    so on 2 cores two servers start in little more than the time of one. Nothing starts
+    before a test asks for a server, so unit tests that run first are not slowed, and a run
+    of one file starts only what that file uses.
+    """
+
+    def __init__(self, items: Sequence[pytest.Item]) -> None:
+        self._used = {name for item in items for name in getattr(item, "fixturenames", ())}
+        self._prepare: dict[str, Callable[[], Callable[[], RunningServer]]] = {}
+        self._running: dict[str, Future[RunningServer]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="session-server")
+
+    def register(self, fixture_name: str, prepare: Callable[[], Callable[[], RunningServer]]) -> None:
+        """`prepare` runs in the test's thread (it may ask pytest for fixtures) and returns the start."""
+        self._prepare[fixture_name] = prepare
+
+    def get(self, fixture_name: str) -> RunningServer:
+        started = []
+        for name, prepare in self._prepare.items():
+            if name not in self._running and (name == fixture_name or name in self._used):
+                self._running[name] = self._pool.submit(prepare())
+                started.append(self._running[name])
+        # Every start ends before the test runs: no start-up competes with a test for the cores.
+        wait(started)
+        return self._running[fixture_name].result()
+
+    def stop_all(self) -> None:
+        for future in self._running.values():
+            if future.exception() is None:
+                future.result().stop()
+        self._pool.shutdown()
