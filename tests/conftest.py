@@ -62,9 +62,22 @@ def side_by_side(request: pytest.FixtureRequest, artifacts_dir: Path):
             return server
         return start
 
+    def tiny_qwen3():  # test_agents_live.py's own server: it stops it when its tests are done
+        from workbench.demo.tiny_qwen3 import TINY_QWEN3_NAME, TINY_QWEN3_SERVER_FLAGS, build_tiny_qwen3
+
+        model_dir = build_tiny_qwen3().path
+
+        def start() -> RunningServer:
+            server = start_vllm_server("qwen3-tiny", model_dir, TINY_QWEN3_NAME, artifacts_dir,
+                                       extra_args=TINY_QWEN3_SERVER_FLAGS)
+            server.special_token_ids = special_token_ids(model_dir)
+            return server
+        return start
+
     servers = SideBySide(request.session.items)
     servers.register("demo_server", demo)
     servers.register("forcing_server", forcing)
+    servers.register("tiny_qwen3_server", tiny_qwen3)
     yield servers
     servers.stop_all()
 

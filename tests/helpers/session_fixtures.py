@@ -11,7 +11,8 @@ several files only read is started once per session:
   n-gram drafting flags. tests/test_metrics_live.py reads its /metrics spec-decode
   counters, tests/test_server_figures_live.py its per-request figures.
 
-`SideBySide` starts the session's demo and forcing servers together (tests/conftest.py).
+`SideBySide` starts the session's demo and forcing servers together, with test_agents_live.py's
+tiny Qwen3 server when that file runs too (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -113,6 +114,12 @@ class SideBySide:
         # Every start ends before the test runs: no start-up competes with a test for the cores.
         wait(started)
         return self._running[fixture_name].result()
+
+    def stop(self, fixture_name: str) -> None:
+        """Stop one before the session ends (a module's own server, once its tests are done)."""
+        future = self._running.pop(fixture_name, None)
+        if future is not None and future.exception() is None:
+            future.result().stop()
 
     def stop_all(self) -> None:
         for future in self._running.values():
