@@ -13,13 +13,12 @@ only start-up is checked here.
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.hybrid_model import build_tiny_hybrid
-from tests.helpers.vllm_servers import CPU_ENGINE_ENV, RunningServer, start_vllm_server
+from tests.helpers.vllm_servers import CPU_ENGINE_ENV, start_vllm_server
 from workbench.planner import MemoryPlan, plan_command_memory, plan_memory, read_model_config, startup_capacity
 from workbench.recipes import Selection, load_catalog, render
 
@@ -52,52 +51,36 @@ def test_demo_recipe_plan_is_what_the_demo_server_logs(demo_server):
     assert_planner_matches_log(plan_for(demo_server, demo_server.model_dir, CPU_ENGINE_ENV), demo_server.log_text())
 
 
+def test_smollm2_at_two_gib_and_2048_tokens(demo_model_dir, artifacts_dir):
+    env = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+    server = start_vllm_server("planner-smol-2g", demo_model_dir, "smol-2g", artifacts_dir,
+                               extra_args=["--max-model-len", "2048"], env=env)
+    try:
+        log = server.log_text()
+        memory = plan_for(server, demo_model_dir, {**CPU_ENGINE_ENV, **env})
+    finally:
+        server.stop()
+    assert memory.settings.max_model_len == 2048 and memory.budget.available_bytes == 2 << 30
+    assert_planner_matches_log(memory, log)
+
+
 @pytest.fixture(scope="module")
 def hybrid_dir(forcing_model_dir, tmp_path_factory) -> Path:
     return build_tiny_hybrid(tmp_path_factory.mktemp("models") / "tiny-nemotron-h", forcing_model_dir)
 
 
-# The servers whose start-up is all that is checked: (model, served name, extra args, env).
-STARTUP_ONLY = {
-    "smol-2g": ("demo", "smol-2g", ["--max-model-len", "2048"], {"VLLM_CPU_KVCACHE_SPACE": "2"}),
-    "align": ("hybrid", "tiny-nemotron-h-align", [], {}),
-    "none": ("hybrid", "tiny-nemotron-h-none", ["--no-enable-prefix-caching", "--max-model-len", "1536"],
-             {"VLLM_CPU_KVCACHE_SPACE": "2"}),
-}
-
-
-@pytest.fixture(scope="module")
-def started(demo_model_dir, hybrid_dir, artifacts_dir) -> dict[str, tuple[RunningServer, str]]:
-    """Each STARTUP_ONLY server started, its start-up log read, and stopped. They start side by
-    side: a start-up is mostly single-threaded imports, so on 2 cores three take about the
-    time of two in a row (the sizes vLLM logs depend on the flags and the env, not the load)."""
-    dirs = {"demo": demo_model_dir, "hybrid": hybrid_dir}
-    with ThreadPoolExecutor(len(STARTUP_ONLY)) as pool:
-        futures = {name: pool.submit(start_vllm_server, f"planner-{name}", dirs[model], served, artifacts_dir,
-                                     extra_args=args, env=env)
-                   for name, (model, served, args, env) in STARTUP_ONLY.items()}
-        wait(futures.values())
-    servers = {name: f.result() for name, f in futures.items() if f.exception() is None}
+@pytest.mark.parametrize(("name", "args", "env", "mode"), [
+    ("align", [], {}, "align"),
+    ("none", ["--no-enable-prefix-caching", "--max-model-len", "1536"], {"VLLM_CPU_KVCACHE_SPACE": "2"}, "none"),
+])
+def test_tiny_nemotron_h_hybrid(hybrid_dir, artifacts_dir, name, args, env, mode):
+    server = start_vllm_server(f"planner-hybrid-{name}", hybrid_dir, f"tiny-nemotron-h-{name}", artifacts_dir,
+                               extra_args=args, env=env)
     try:
-        failed = {name: f.exception() for name, f in futures.items() if f.exception() is not None}
-        assert not failed, failed
-        return {name: (server, server.log_text()) for name, server in servers.items()}
+        log = server.log_text()
+        memory = plan_for(server, hybrid_dir, {**CPU_ENGINE_ENV, **env})
     finally:
-        for server in servers.values():
-            server.stop()
-
-
-def test_smollm2_at_two_gib_and_2048_tokens(started, demo_model_dir):
-    server, log = started["smol-2g"]
-    memory = plan_for(server, demo_model_dir, {**CPU_ENGINE_ENV, **STARTUP_ONLY["smol-2g"][3]})
-    assert memory.settings.max_model_len == 2048 and memory.budget.available_bytes == 2 << 30
-    assert_planner_matches_log(memory, log)
-
-
-@pytest.mark.parametrize(("name", "mode"), [("align", "align"), ("none", "none")])
-def test_tiny_nemotron_h_hybrid(started, hybrid_dir, name, mode):
-    server, log = started[name]
-    memory = plan_for(server, hybrid_dir, {**CPU_ENGINE_ENV, **STARTUP_ONLY[name][3]})
+        server.stop()
     lay = memory.layout
     assert memory.architecture.is_hybrid and lay.mamba_mode == mode
     assert_planner_matches_log(memory, log)
