@@ -11,12 +11,9 @@ import tomllib
 
 import pytest
 
-from tests.helpers.vllm_servers import start_vllm_server
 from workbench.agents.harnesses import connection_for, render_harness
 from workbench.agents.verify import CHECK_KEYS, ExpectedParsers, verify_endpoint
 from workbench.demo.forcing import FORCING_SERVER_FLAGS, verify_request_fields
-from workbench.demo.models import special_token_ids
-from workbench.demo.tiny_qwen3 import TINY_QWEN3_NAME, TINY_QWEN3_SERVER_FLAGS, build_tiny_qwen3
 from workbench.recipes import Selection, load_catalog, render
 
 pytestmark = pytest.mark.vllm
@@ -86,13 +83,10 @@ def test_connect_fills_in_the_servers_real_values(forcing_server):
 
 
 @pytest.fixture(scope="module")
-def tiny_qwen3_server(artifacts_dir):
-    built = build_tiny_qwen3()
-    server = start_vllm_server("qwen3-tiny", built.path, TINY_QWEN3_NAME, artifacts_dir,
-                               extra_args=TINY_QWEN3_SERVER_FLAGS)
-    server.special_token_ids = special_token_ids(built.path)
-    yield server
-    server.stop()
+def tiny_qwen3_server(side_by_side):
+    # Built and started in tests/conftest.py, beside the demo and forcing servers; stopped here.
+    yield side_by_side.get("tiny_qwen3_server")
+    side_by_side.stop("tiny_qwen3_server")
 
 
 def test_qwen3_and_hermes_parsers_on_a_tiny_qwen3(tiny_qwen3_server):

@@ -16,33 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from workbench.experiment import (
-    ExperimentSettings,
-    builtin_workload,
-    configs_from_specs,
-    load_experiment,
-    new_experiment,
-    parse_config_text,
-    run_experiment,
-)
-from workbench.recipes import Selection, load_catalog
+from tests.helpers.session_fixtures import SharedExperiment
+from workbench.experiment import load_experiment
 from workbench.server import free_port, port_free
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_off_a_broken_flag_and_ngram(demo_model_dir: Path, tmp_path: Path) -> None:
-    catalog = load_catalog()
-    base = Selection(hardware="cpu")
-    off, ngram = configs_from_specs("off,ngram", base, catalog)
-    broken = parse_config_text("broken:off:--no-such-flag 3", base, catalog)
-    settings = ExperimentSettings(concurrency=[1, 2], requests_per_level=5, output_tokens=48, warmup_requests=1)
-    experiment = new_experiment([off, broken, ngram], settings, builtin_workload())
-    seen = []
-    port = free_port()
-    result = run_experiment(experiment, tmp_path / "exp", catalog, progress=seen.append,
-                            state_dir=tmp_path / "state", port=port)
+def test_off_a_broken_flag_and_ngram(off_broken_ngram_experiment: SharedExperiment) -> None:
+    # The session's off / broken / ngram experiment (tests/helpers/session_fixtures.py), also read by
+    # test_quality_live.py: concurrency 1 and 2, 5 requests of 48 tokens per level.
+    result, folder = off_broken_ngram_experiment.result, off_broken_ngram_experiment.folder
+    seen, port = off_broken_ngram_experiment.seen, off_broken_ngram_experiment.port
 
     assert result.status == "done"
     assert [c.status for c in result.configs] == ["done", "failed", "done"]
@@ -64,11 +50,11 @@ def test_off_a_broken_flag_and_ngram(demo_model_dir: Path, tmp_path: Path) -> No
     assert "--per-request-spec-decode-metrics summary" in ngram_cmd and '"method":"ngram"' in ngram_cmd
     assert all(c.server.get("vllm_version") == "0.32.0" for c in result.configs if c.status == "done")
 
-    summary = json.loads((tmp_path / "exp" / "experiment.json").read_text())
+    summary = json.loads((folder / "experiment.json").read_text())
     assert [c["label"] for c in summary["configs"]] == ["off", "broken", "ngram"]
     assert summary["configs"][1]["status"] == "failed"
     assert "acceptance_rate_metrics" in summary["configs"][2]["levels"][0]
-    assert (tmp_path / "exp" / "report.html").read_text().count("<svg") >= 3
+    assert (folder / "report.html").read_text().count("<svg") >= 3
     phases = {(p.config, p.phase) for p in seen}
     assert {("off", "launching"), ("broken", "failed"), ("ngram", "running")} <= phases
     assert any(p.eta_s is not None and p.concurrency == 2 for p in seen)

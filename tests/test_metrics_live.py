@@ -17,19 +17,12 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.helpers.vllm_servers import start_vllm_server
+from tests.helpers.vllm_servers import RunningServer
 from workbench.metrics import NOT_REPORTED, MetricsPoller, derive_figures
 
 pytestmark = pytest.mark.vllm
 
 INTERVAL_S = 0.5
-NUM_SPECULATIVE_TOKENS = 3
-NGRAM_CONFIG = {
-    "method": "ngram",
-    "num_speculative_tokens": NUM_SPECULATIVE_TOKENS,
-    "prompt_lookup_max": 3,
-    "prompt_lookup_min": 1,
-}
 
 
 def run_requests(server, prompts: list[str], max_tokens: int, concurrency: int) -> list:
@@ -163,18 +156,17 @@ def test_metrics_command_draws_a_table_and_writes_csv(demo_server, tmp_path: Pat
     assert f"wrote {csv_path}" in done.stderr
 
 
-@pytest.fixture(scope="module")
-def ngram_server(demo_model_dir: Path, artifacts_dir: Path):
-    """SmolLM2 with ngram (prompt-lookup) speculative decoding."""
-    server = start_vllm_server(
-        "ngram",
-        demo_model_dir,
-        "HuggingFaceTB/SmolLM2-135M-Instruct",
-        artifacts_dir,
-        extra_args=["--speculative-config", json.dumps(NGRAM_CONFIG)],
-    )
-    yield server
-    server.stop()
+@pytest.fixture
+def ngram_server(recipe_ngram_server: RunningServer) -> RunningServer:
+    """SmolLM2 with the CPU recipe's ngram (prompt-lookup) speculative decoding, started once per
+    session (tests/helpers/session_fixtures.py) and shared with test_server_figures_live.py."""
+    return recipe_ngram_server
+
+
+def num_speculative_tokens(server: RunningServer) -> int:
+    """The drafts' length, read from the command line the server was started with."""
+    argv = server.handle.argv
+    return int(json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens"])
 
 
 def test_spec_decode_figures_from_an_ngram_server(ngram_server, artifacts_dir: Path):
@@ -182,6 +174,7 @@ def test_spec_decode_figures_from_an_ngram_server(ngram_server, artifacts_dir: P
     # what prompt-lookup drafts guess.
     passage = "The quick brown fox jumps over the lazy dog. " * 6
     prompts = [f"Copy this text exactly, word for word:\n\n{passage}"] * 3
+    drafted = num_speculative_tokens(ngram_server)
     poller = MetricsPoller(ngram_server.base_url, interval=INTERVAL_S)
     before = poller.scrape_once()
     assert before.not_reported == ()  # this server exposes vllm:spec_decode_*
@@ -195,11 +188,11 @@ def test_spec_decode_figures_from_an_ngram_server(ngram_server, artifacts_dir: P
     assert figures.generation_tokens == sum(r.usage.completion_tokens for r in responses)
     drafts, draft_tokens, accepted = figures.spec_drafts, figures.spec_draft_tokens, figures.spec_accepted_tokens
     assert drafts > 0 and draft_tokens > 0
-    assert 0 < accepted <= draft_tokens <= NUM_SPECULATIVE_TOKENS * drafts
+    assert 0 < accepted <= draft_tokens <= drafted * drafts
     assert 0 < figures.spec_acceptance_rate <= 1
-    assert 1 <= figures.spec_mean_acceptance_length <= NUM_SPECULATIVE_TOKENS + 1
+    assert 1 <= figures.spec_mean_acceptance_length <= drafted + 1
     by_position = figures.spec_acceptance_by_position
-    assert len(by_position) == NUM_SPECULATIVE_TOKENS
+    assert len(by_position) == drafted
     assert all(0 <= rate <= 1 for rate in by_position)
     # Per-position acceptances add up to the accepted tokens.
     assert sum(rate * drafts for rate in by_position) == pytest.approx(accepted)

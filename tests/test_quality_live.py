@@ -1,6 +1,7 @@
 """Quality beside speed against the real vLLM CPU build and the real lm-eval.
 
-An experiment launches no drafter and the ngram drafter in turn; after each sweep the same
+The session's experiment (tests/helpers/session_fixtures.py) launches no drafter, a flag vLLM
+refuses and the ngram drafter in turn; after each sweep the same
 server answers the agreement prompts (token ids from vLLM) and lm-eval's local-chat-completions
 model asks the shipped task. Then: a server that refuses the harness's requests (a model name
 it does not serve), and an unknown task on an attached server, which costs the speed figures
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.session_fixtures import SharedExperiment
 from workbench.experiment import (
     ExperimentConfig,
     ExperimentSettings,
     QualitySettings,
     builtin_workload,
-    configs_from_specs,
     new_experiment,
     run_experiment,
 )
@@ -27,26 +28,24 @@ from workbench.experiment.quality import ProblemKind, Verdict
 from workbench.experiment.quality_run import measure_quality
 from workbench.experiment.quality_tasks.workbench_basics.scoring import answer_matches
 from workbench.recipes import Selection, load_catalog
-from workbench.server import free_port, port_free
+from workbench.server import port_free
 
 pytestmark = pytest.mark.vllm
 
 
-def test_ngram_against_off_agreement_and_accuracy(demo_model_dir: Path, tmp_path: Path) -> None:
-    catalog = load_catalog()
-    configs = configs_from_specs("off,ngram", Selection(hardware="cpu"), catalog)
-    quality = QualitySettings("quick", agreement_prompts=3, agreement_tokens=32, accuracy_items=12)
-    settings = ExperimentSettings(concurrency=[1], requests_per_level=2, output_tokens=16, quality=quality)
-    seen = []
-    port = free_port()
-    result = run_experiment(new_experiment(configs, settings, builtin_workload()), tmp_path / "exp", catalog,
-                            progress=seen.append, state_dir=tmp_path / "state", port=port)
-    assert result.status == "done" and [c.status for c in result.configs] == ["done", "done"]
+def test_ngram_against_off_agreement_and_accuracy(off_broken_ngram_experiment: SharedExperiment) -> None:
+    # The session's off / broken / ngram experiment (tests/helpers/session_fixtures.py), also read by
+    # test_experiment_live.py; its quick quality pass: 3 agreement prompts of 32 tokens, 12 task items.
+    result, exp = off_broken_ngram_experiment.result, off_broken_ngram_experiment.folder
+    seen, port = off_broken_ngram_experiment.seen, off_broken_ngram_experiment.port
+    assert result.status == "done" and [c.status for c in result.configs] == ["done", "failed", "done"]
     assert port_free("127.0.0.1", port)
+    assert result.configs[1].quality is None  # the failed launch has no server to check
 
     rows = {r.label: r for r in result.quality_rows()}
+    assert set(rows) == {"off", "ngram"}
     assert rows["off"].verdict is Verdict.REFERENCE and not rows["off"].problems and not rows["ngram"].problems
-    for c in result.configs:  # vLLM's own token ids, at most the 32 tokens asked
+    for c in (result.configs[0], result.configs[2]):  # vLLM's own token ids, at most the 32 tokens asked
         assert c.quality is not None and c.quality.answers is not None and len(c.quality.answers) == 3
         assert all(a.token_ids and 0 < len(a.token_ids) <= 32 and a.text for a in c.quality.answers)
     agreed = rows["ngram"].agreement
@@ -62,7 +61,7 @@ def test_ngram_against_off_agreement_and_accuracy(demo_model_dir: Path, tmp_path
         low, high = accuracy.interval or (1.0, 0.0)
         assert low <= (accuracy.value or 0.0) <= high
         # lm-eval scored each item as the task's own scoring does: read them back and check.
-        lines = [json.loads(x) for x in (tmp_path / "exp" / "quality" / f"{label}-samples.jsonl").read_text()
+        lines = [json.loads(x) for x in (exp / "quality" / f"{label}-samples.jsonl").read_text()
                  .splitlines()]
         assert len(lines) == 12 and sum(x["right"] for x in lines) == accuracy.correct
         assert all(x["right"] == answer_matches(x["response"], x["doc"]["answer"], x["doc"]["match"]) for x in lines)
@@ -71,11 +70,11 @@ def test_ngram_against_off_agreement_and_accuracy(demo_model_dir: Path, tmp_path
     phases = {(p.config, p.phase, p.total) for p in seen}
     assert {("off", "agreement", 3), ("off", "accuracy", 12), ("ngram", "accuracy", 12)} <= phases
     assert all(p.eta_s is not None for p in seen if p.phase in ("agreement", "accuracy"))
-    summary = json.loads((tmp_path / "exp" / "experiment.json").read_text())
+    summary = json.loads((exp / "experiment.json").read_text())
     ngram = next(c for c in summary["configs"] if c["label"] == "ngram")
     assert ngram["quality"]["agreement"]["identical_share"] == 1.0 and ngram["quality"]["accuracy"]["n"] == 12
     assert summary["no_loss_winners"]
-    assert "Quality beside speed" in (tmp_path / "exp" / "report.html").read_text()
+    assert "Quality beside speed" in (exp / "report.html").read_text()
 
 
 def test_a_server_that_refuses_the_harness_is_named(demo_server, tmp_path: Path) -> None:

@@ -2,18 +2,19 @@
 flags (per_request_metrics + n-gram spec_decoding): the turn's queue, prefill and decode
 times and its draft acceptance reach TurnStats and the Chat tab's statistics panel.
 
-One extra server (SmolLM2, real weights), about 40 s to start."""
+The server (SmolLM2, real weights) is the session's `recipe_ngram_server`, shared with
+tests/test_metrics_live.py."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from tests.helpers.vllm_servers import start_vllm_server
+from tests.helpers.session_fixtures import recipe_flags
+from tests.helpers.vllm_servers import RunningServer
 from workbench.chat import ChatOptions, ChatSession, ErrorEvent, TurnFinished, TurnTranscript
 from workbench.chat.server_metrics import request_figures_from_response
 from workbench.chat.transcript import format_ms
-from workbench.recipes import Selection, load_catalog, render
 from workbench.ui.chat_render import stats_markdown
 
 pytestmark = pytest.mark.vllm
@@ -22,24 +23,16 @@ QUOTE = ("The quick brown fox jumps over the lazy dog. The quick brown fox jumps
          "The quick brown fox jumps over the lazy dog.")
 
 
-def recipe_flags() -> list[str]:
-    """What the CPU demo recipe renders with per-request figures and n-gram drafting on,
-    less what the test server sets itself (model, port, context)."""
-    plan = render(Selection(hardware="cpu", features=["per_request_metrics", "spec_decoding"]), load_catalog())
-    flags = plan.argv[3:]
+def test_the_recipe_renders_per_request_figures_and_ngram_drafting() -> None:
+    flags = recipe_flags()  # what the session's recipe_ngram_server runs with
     assert "--enable-per-request-metrics" in flags
     assert flags[flags.index("--per-request-spec-decode-metrics") + 1] == "summary"
     assert '"method":"ngram"' in flags[flags.index("--speculative-config") + 1]
-    i = flags.index("--max-model-len")
-    return flags[:i] + flags[i + 2:]
 
 
-@pytest.fixture(scope="module")
-def figures_server(demo_model_dir, artifacts_dir):
-    server = start_vllm_server("figures", demo_model_dir, "HuggingFaceTB/SmolLM2-135M-Instruct", artifacts_dir,
-                               extra_args=recipe_flags())
-    yield server
-    server.stop()
+@pytest.fixture
+def figures_server(recipe_ngram_server: RunningServer) -> RunningServer:
+    return recipe_ngram_server  # started once per session (tests/helpers/session_fixtures.py)
 
 
 def test_the_chat_tab_shows_the_servers_own_figures(figures_server):
