@@ -34,7 +34,7 @@ from workbench.bench.cache_check import fetch_cache_warnings
 from workbench.bench.client import counter_deltas, fetch_counters, fetch_model, open_connections, open_session
 from workbench.bench.config import (BenchConfig, BenchPhase, BenchProgress, ProgressCallback, chat_body, check_fits,
                                     reference_for)
-from workbench.bench.lag import LagProbe
+from workbench.bench.lag import LagProbe, collector_held_off
 from workbench.bench.load import send_load
 from workbench.bench.prompts import Prompt, PromptBuilder, TokenCounter, choose_counter
 from workbench.bench.records import RequestRecord
@@ -273,14 +273,15 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         gpu_start = time.time()
         gpus.start()
         try:
-            async with LagProbe() as probe:
-                if plans:
-                    outcome = await run_sessions(session, chat_url, config, model, plans, firsts.get,
-                                                 config.warmup_requests, on_record, should_stop)
-                else:
-                    outcome = await send_load(session, chat_url, payload, config.warmup_requests, config.requests,
-                                              config.duration_s, concurrency, config.request_rate, config.seed,
-                                              on_record, should_stop)
+            with collector_held_off():
+                async with LagProbe() as probe:
+                    if plans:
+                        outcome = await run_sessions(session, chat_url, config, model, plans, firsts.get,
+                                                     config.warmup_requests, on_record, should_stop)
+                    else:
+                        outcome = await send_load(session, chat_url, payload, config.warmup_requests,
+                                                  config.requests, config.duration_s, concurrency,
+                                                  config.request_rate, config.seed, on_record, should_stop)
         finally:
             gpus.stop()
             gpus.sample_once()
