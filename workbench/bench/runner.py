@@ -41,7 +41,7 @@ from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult, SweepResult
 from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions, session_context_estimate
 from workbench.bench.summary import summarize
-from workbench.errors import BenchError, WorkbenchError
+from workbench.errors import BenchError, WarmupEndedError, WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
 from workbench.syncbridge import run_sync
 from workbench.telemetry import GpuPoller
@@ -244,8 +244,8 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
             warm = await send_load(session, chat_url, payload, 0, config.warmup_requests, None,
                                    min(concurrency, config.warmup_requests), None, config.seed, on_warm, should_stop)
             if warm.stopped is not None:
-                raise BenchError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
-                                     hint="Check that the server is up (its log), then run again.")
+                raise WarmupEndedError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
+                                       hint="Check that the server is up (its log), then run again.")
             if not any(r.ok for r in warm.records):
                 raise BenchError(
                     f"Every warm-up request failed; the first said: {warm.records[0].error}",
