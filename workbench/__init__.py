@@ -87,6 +87,8 @@ _EXPORTS: dict[str, str] = {
     "load_experiment": "workbench.experiment",
     "new_experiment": "workbench.experiment",
     "run_experiment": "workbench.experiment",
+    "SloSearch": "workbench.experiment",
+    "parse_slos": "workbench.experiment",
     # errors: every class of the tree, so a notebook can catch exactly what it means
     "BenchError": "workbench.errors",
     "BenchShapeError": "workbench.errors",
@@ -98,6 +100,7 @@ _EXPORTS: dict[str, str] = {
     "RoomError": "workbench.errors",
     "SelectionError": "workbench.errors",
     "ToolError": "workbench.errors",
+    "WarmupEndedError": "workbench.errors",
     "WorkbenchError": "workbench.errors",
     # notebook views
     "BenchView": "workbench.notebook",
@@ -156,16 +159,19 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         RoomError,
         SelectionError,
         ToolError,
+        WarmupEndedError,
         WorkbenchError,
     )
     from workbench.experiment import (
         ExperimentConfig,
         ExperimentSettings,
+        SloSearch,
         builtin_workload,
         configs_from_specs,
         load_dataset,
         load_experiment,
         new_experiment,
+        parse_slos,
         run_experiment,
     )
     from workbench.metrics import MetricsPoller

@@ -4,6 +4,8 @@
     python -m workbench experiment --hardware h200 --spec off,mtp,dspark --concurrency 1,8,64 --goodput ttft:500
     python -m workbench experiment --hardware cpu --config 'plain:off' --config 'ngram-8seqs:ngram:--max-num-seqs 8'
     python -m workbench experiment --attach http://127.0.0.1:8000 --label mine --concurrency 1,4
+    python -m workbench experiment --hardware cpu --spec off,ngram --slo ttft_p90:500 tpot_p90:25
+    python -m workbench experiment --attach http://127.0.0.1:8000 --slo e2e_p99:8000 --slo-by rate
     python -m workbench experiment --resume experiments/20261204-181500
 
 For each configuration in turn: launch it on one port, wait until ready, warm up,
@@ -11,6 +13,10 @@ run the concurrency sweep with the same prompts, read /metrics around each level
 stop it. Results (state.json, experiment.json, report.html) are written after
 every level; Ctrl-C stops the running server and writes what was measured, marked
 partial (exit 130); `--resume DIR` continues it.
+
+With --slo: for each configuration, the highest concurrency (--slo-by rate: request rate) at
+which every objective holds, searched adaptively (workbench.experiment.slo); the answer
+prints first, then every probe. Without --concurrency it runs the search alone.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import TextIO
 
 from workbench.bench.goodput import parse_goodput
 from workbench.bench.results import check_output_dir
-from workbench.cli.checks import at_least
+from workbench.cli.checks import at_least, positive_float
 from workbench.cli.render import add_selection_arguments, selection_from_args
 from workbench.errors import InputError
 from workbench.experiment import (
@@ -43,6 +49,8 @@ from workbench.experiment import (
 )
 from workbench.experiment.configs import ExperimentConfig
 from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE
+from workbench.experiment.slo import SloSearch, parse_slos
+from workbench.experiment.slo_report import format_slo
 from workbench.recipes import Selection, load_catalog
 
 
@@ -81,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", action="append", default=[], metavar="LABEL:SPEC[:FLAGS]",
                    help="a configuration: its label, its spec mode (off for none) and extra vllm serve flags; "
                    "repeatable, and added to those of --spec")
-    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16], metavar="1,4,16",
-                   help="concurrency levels of the sweep (default 1,4,16)")
+    p.add_argument("--concurrency", type=_levels, metavar="1,4,16",
+                   help="concurrency levels of the sweep (default 1,4,16; none with --slo unless given)")
     p.add_argument("--requests", type=at_least(1), help="measured requests per level "
                    "(default: the workload's prompt count, or 2 x concurrency if more)")
     p.add_argument("--osl", type=at_least(1), default=128, help="output tokens per request (default 128; "
@@ -90,6 +98,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=at_least(0), default=1, help="warm-up requests per level (default 1)")
     p.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (default 0)")
     p.add_argument("--goodput", nargs="+", metavar="KEY:VALUE", help="SLOs for goodput, e.g. ttft:500 tpot:50")
+    p.add_argument("--slo", nargs="+", metavar="FIGURE_STAT:BOUND",
+                   help="search each configuration's capacity within these objectives, e.g. ttft_p90:500 "
+                   "tpot_p90:25 (ttft, ttfo, tpot, e2e, itl in ms, at most; decode in tok/s per user, at least; "
+                   "pNN = NN %% of requests, or mean)")
+    p.add_argument("--slo-by", choices=["concurrency", "rate"], default="concurrency",
+                   help="search by concurrency (users, closed loop; default) or by request rate (Poisson arrivals)")
+    p.add_argument("--max-concurrency", type=at_least(1),
+                   help="the highest concurrency the SLO search tries (by rate: the most requests in flight; "
+                   "default 256)")
+    p.add_argument("--max-rate", type=positive_float, help="the highest request rate the search by rate tries (req/s)")
+    p.add_argument("--max-probes", type=at_least(1), help="the SLO search's probe budget per "
+                   "configuration (default 16)")
     p.add_argument("--dataset", type=Path, help="your prompts: JSONL, one {\"prompt\", \"category\", "
                    "\"output_tokens\"} a line (default: the built-in workload)")
     p.add_argument("--attach", metavar="URL", help="measure the server already running at URL (one configuration)")
@@ -159,6 +179,22 @@ def _configs(args: argparse.Namespace) -> list[ExperimentConfig]:
     return configs
 
 
+def _search(args: argparse.Namespace) -> SloSearch | None:
+    given = [flag for flag, value in (("--slo-by", args.slo_by != "concurrency" or None),
+                                      ("--max-concurrency", args.max_concurrency), ("--max-rate", args.max_rate),
+                                      ("--max-probes", args.max_probes)) if value is not None]
+    if not args.slo:
+        if given:
+            raise InputError(f"{', '.join(given)} set the SLO search, and no --slo was given.",
+                             hint="Add the objectives, e.g. --slo ttft_p90:500 tpot_p90:25, or drop "
+                             f"{', '.join(given)}.")
+        return None
+    if args.max_rate is not None and args.slo_by != "rate":
+        raise InputError("--max-rate bounds the search by rate.", hint="Add --slo-by rate, or drop --max-rate.")
+    return SloSearch(parse_slos(args.slo), args.slo_by, args.max_concurrency or 256, args.max_rate,
+                     args.max_probes or 16)
+
+
 def experiment_command(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     if args.resume:
@@ -166,10 +202,12 @@ def experiment_command(args: argparse.Namespace) -> int:
         out = args.resume
         print(f"Resuming {out}: configurations and settings as saved.", file=sys.stderr)
     else:
+        search = _search(args)
         settings = ExperimentSettings(
-            concurrency=args.concurrency, requests_per_level=args.requests, output_tokens=args.osl,
-            warmup_requests=args.warmup, temperature=args.temperature, goodput=parse_goodput(args.goodput),
-            startup_timeout_s=float(args.startup_timeout), attach_url=args.attach)
+            concurrency=args.concurrency or ([] if search else [1, 4, 16]), requests_per_level=args.requests,
+            output_tokens=args.osl, warmup_requests=args.warmup, temperature=args.temperature,
+            goodput=parse_goodput(args.goodput), startup_timeout_s=float(args.startup_timeout),
+            attach_url=args.attach, slo=None if search is None else search.to_dict())
         if args.attach:
             if args.spec or args.config:
                 raise InputError("--attach measures one server you started; --spec and --config launch servers.",
@@ -196,9 +234,13 @@ def experiment_command(args: argparse.Namespace) -> int:
     finally:
         if progress:
             progress.end()
-    print(format_levels(result))
-    print()
-    print(format_winners(result))
+    slo = format_slo(result)
+    if slo is not None:  # the answer first
+        print(slo)
+    if result.settings.concurrency:
+        print("\n" + format_levels(result) if slo else format_levels(result))
+        print()
+        print(format_winners(result))
     for c in result.configs:
         if c.status == "failed" and c.diagnosis:
             print(f"\n{c.label}: FAILED to launch: {c.diagnosis.get('summary')}\n  {c.diagnosis.get('fix') or ''}")

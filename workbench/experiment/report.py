@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.experiment.analysis import WINNER_METRICS, LevelFigures, Winner
 from workbench.experiment.charts import bars_svg, lines_svg
+from workbench.experiment.slo_report import slo_html
 
 if TYPE_CHECKING:
     from workbench.experiment.results import ExperimentResult
@@ -178,6 +179,12 @@ th{background:#f3f3f3}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;wo
 .bad{color:#a00}.answer{background:#eef6ee;padding:8px 12px;border-left:4px solid #54a24b}"""
 
 
+def _no_answer(result: ExperimentResult) -> str:
+    if not result.settings.concurrency:
+        return "<li>No fixed concurrency levels: the SLO search above is the answer.</li>"
+    return "<li>Not enough levels measured yet.</li>"
+
+
 def report_html(result: ExperimentResult) -> str:
     figures = sorted(result.figures(), key=lambda f: (f.concurrency, f.label))
     m = result.machine
@@ -200,7 +207,8 @@ def report_html(result: ExperimentResult) -> str:
 prompt sets its own), temperature {s.temperature:g}, concurrency {', '.join(map(str, s.concurrency))},
 {s.warmup_requests} warm-up request(s) per level; every configuration and level sent the same prompts in the
 same order.{'' if not s.goodput else ' Goodput SLOs: ' + html.escape(json.dumps(s.goodput)) + '.'}</p>
-<div class="answer"><b>The answer</b><ul>{answer or '<li>Not enough levels measured yet.</li>'}</ul></div>
+{slo_html(result)}
+<div class="answer"><b>The answer</b><ul>{answer or _no_answer(result)}</ul></div>
 <h2>Winners per concurrency</h2>{_table(WINNER_COLUMNS, [_winner_row(w) for w in result.winners()])}
 <h2>Each level's figures</h2>{_table(LEVEL_COLUMNS, [_level_row(f) for f in figures])}
 <h2>Curves</h2>{_curves(figures)}

@@ -6,7 +6,9 @@ Files in the experiment's folder:
     experiment.json   per configuration `label`, `status` and its `levels` (`concurrency`,
                       `decode_per_user_tps`, `output_tps`, `ttft_ms_mean`, and for a speculative
                       one `acceptance_rate` from the responses and `acceptance_rate_metrics` from
-                      the /metrics deltas), plus the winners and crossovers
+                      the /metrics deltas), plus the winners and crossovers; with an SLO
+                      search, `slo`: the answer first (each configuration's capacity, the
+                      winner and its lead), then every probe (workbench.experiment.slo)
     report.html       one self-contained page (workbench.experiment.report)
 """
 
@@ -29,6 +31,7 @@ from workbench.experiment.analysis import (
     winners,
 )
 from workbench.experiment.configs import ExperimentConfig
+from workbench.experiment.slo import Probe, SloAnswer, SloSearch, capacity_of, compare
 from workbench.experiment.workloads import Workload
 
 __all__ = ["STATE_FILE", "SUMMARY_FILE", "ConfigResult", "ConfigStatus", "ExperimentResult", "ExperimentSettings",
@@ -50,6 +53,10 @@ class ExperimentSettings:
     goodput: dict[str, float] | None = None
     startup_timeout_s: float = 900.0
     attach_url: str | None = None
+    slo: dict[str, Any] | None = None  # an SLO search after the levels: SloSearch.to_dict()
+
+    def search(self) -> SloSearch | None:
+        return None if self.slo is None else SloSearch.from_dict(self.slo)
 
     def requests_at(self, concurrency: int, prompts: int) -> int:
         if self.requests_per_level is not None:
@@ -74,6 +81,7 @@ class ConfigResult:
     levels: list[BenchResult] = field(default_factory=list)
     server: dict[str, Any] = field(default_factory=dict)  # base_url, vllm_version, time_to_ready_s
     note: str | None = None  # partial: why
+    probes: list[Probe] = field(default_factory=list)  # the SLO search's, in the order run
 
     @property
     def label(self) -> str:
@@ -95,14 +103,15 @@ class ConfigResult:
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "status": self.status, "command": self.command, "plan": self.plan,
                 "diagnosis": self.diagnosis, "levels": [r.to_dict() for r in self.levels], "server": self.server,
-                "note": self.note}
+                "note": self.note, "probes": [p.to_dict() for p in self.probes]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ConfigResult:
         return cls(config=ExperimentConfig.from_dict(data["config"]), status=data.get("status", "pending"),
                    command=data.get("command"), plan=data.get("plan"), diagnosis=data.get("diagnosis"),
                    levels=[BenchResult.from_dict(r) for r in data.get("levels") or []],
-                   server=data.get("server") or {}, note=data.get("note"))
+                   server=data.get("server") or {}, note=data.get("note"),
+                   probes=[Probe.from_dict(p) for p in data.get("probes") or []])
 
 
 @dataclass
@@ -127,6 +136,13 @@ class ExperimentResult:
     def crossovers(self) -> list[Crossover]:
         return crossovers(self.figures(), [c.label for c in self.configs if c.speculative and c.levels],
                           self.baseline())
+
+    def slo_answer(self) -> SloAnswer | None:
+        """Each configuration's capacity within the SLO, and the winner (None without a search)."""
+        search = self.settings.search()
+        if search is None:
+            return None
+        return compare([capacity_of(c.label, search, c.probes) for c in self.configs if c.status != "failed"])
 
     def to_dict(self) -> dict[str, Any]:
         return {"settings": self.settings.to_dict(), "workload": self.workload.to_dict(),
@@ -161,8 +177,12 @@ class ExperimentResult:
             if c.diagnosis:
                 entry["diagnosis"] = c.diagnosis
             configs.append(entry)
-        return {"status": self.status, "partial": self.partial, "configs": configs,
-                "winners": [w.to_dict() for w in self.winners()],
+        out: dict[str, Any] = {"status": self.status, "partial": self.partial}
+        answer = self.slo_answer()
+        if answer is not None:  # the answer first, then every probe (figures only: records are in state.json)
+            out["slo"] = {**answer.to_dict(), "search": self.settings.slo,
+                          "probes": {c.label: [p.to_dict(records=False) for p in c.probes] for c in self.configs}}
+        return {**out, "configs": configs, "winners": [w.to_dict() for w in self.winners()],
                 "crossovers": [x.to_dict() for x in self.crossovers()]}
 
     def save(self, directory: Path | str, report: str) -> dict[str, Path]:
