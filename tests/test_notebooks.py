@@ -189,7 +189,14 @@ def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch)
     for _, responses, metrics in agreement:
         assert float(metrics) > 0 and abs(float(responses) - float(metrics)) <= 0.05 * float(metrics)
     assert "per draft position (/metrics):" in text and "report.html" in text
-    widgets = _widget_values(nb)  # the ExperimentView: winners table, levels, the answer
+    # The SLO search on the same servers: each configuration's capacity said plainly, then who serves more.
+    said = re.findall(r"^(off|ngram) (?:serves (?:at least )?\d+ users? within the SLO|misses the SLO at concurrency 1)",
+                      text, re.MULTILINE)
+    assert sorted(said) == ["ngram", "off"], text
+    assert re.search(r"^(Winner: |No winner: |No configuration met the SLO)", text, re.MULTILINE), text
+    assert "off: probes at ['concurrency 1" in text and "ngram: probes at ['concurrency 1" in text
+    widgets = _widget_values(nb)  # the ExperimentView: the SLO answer, winners table, levels
+    assert "How many users within the SLO" in widgets and 'stroke-dasharray="6 4"' in widgets
     assert "winner" in widgets and "per-user decode tok/s" in widgets and "ngram is ahead of off" in widgets
     assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == 1  # only the demo server runs
 

@@ -1,5 +1,6 @@
-"""Experiment tab: choose configurations and a sweep, see the plan, run it with progress,
-then the winners table, the curves and a link to the self-contained report.
+"""Experiment tab: choose configurations and a sweep (and/or an SLO search), see the plan, run it
+with progress, then the answer (how many users each serves within the SLO), the winners table,
+the curves and a link to the self-contained report.
 
 The run launches vLLM servers, so (like the Server tab's launch) it is a private
 event: it is left out of the app's API, and its extra flags are re-checked here
@@ -28,6 +29,8 @@ from workbench.experiment import (
 )
 from workbench.experiment.analysis import WINNER_METRICS
 from workbench.experiment.charts import lines_svg
+from workbench.experiment.slo import SloSearch, parse_slos
+from workbench.experiment.slo_report import slo_html
 from workbench.bench.goodput import parse_goodput
 from workbench.errors import InputError, WorkbenchError
 from workbench.ui.background import BackgroundWork
@@ -36,8 +39,10 @@ from workbench.recipes import Selection
 MAX_CONCURRENCY = 4096
 
 
-def _levels(text: str | None) -> list[int]:
+def _levels(text: str | None, search: bool = False) -> list[int]:
     words = [w for w in (text or "").replace(" ", "").split(",") if w]
+    if not words and search:
+        return []  # the SLO search alone
     try:
         levels = sorted({int(w) for w in words})
     except ValueError:
@@ -61,13 +66,26 @@ def _whole(text: str | None, what: str, default: int | None) -> int | None:
     return value
 
 
-def _experiment(catalog, hardware, specs, levels, requests, osl, extra, goodput):
+def _search(slo, slo_by, max_concurrency) -> SloSearch | None:
+    if not (slo or "").strip():
+        return None
+    highest = _whole(max_concurrency, "Highest concurrency", 256) or 256
+    if slo_by == "rate":
+        return SloSearch(parse_slos(slo), "rate", highest)
+    return SloSearch(parse_slos(slo), "concurrency", highest)
+
+
+def _experiment(catalog, hardware, specs, levels, requests, osl, extra, goodput, slo=None, slo_by=None,
+                max_concurrency=None):
     extra_text = (extra or "").strip()
     base = Selection(hardware=(hardware or "").strip() or None, extra=[extra_text] if extra_text else [])
     configs = configs_from_specs(specs or "", base, catalog)
-    settings = ExperimentSettings(concurrency=_levels(levels), requests_per_level=_whole(requests, "Requests", None),
+    search = _search(slo, slo_by, max_concurrency)
+    settings = ExperimentSettings(concurrency=_levels(levels, search is not None),
+                                  requests_per_level=_whole(requests, "Requests", None),
                                   output_tokens=_whole(osl, "Output tokens", 128) or 128,
-                                  goodput=parse_goodput(goodput or None))
+                                  goodput=parse_goodput(goodput or None),
+                                  slo=None if search is None else search.to_dict())
     return new_experiment(configs, settings, builtin_workload())
 
 
@@ -119,6 +137,14 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
             extra = gr.Textbox("", label="Extra vllm serve flags (every configuration)", elem_id="exp-extra")
             goodput = gr.Textbox("", label="Goodput SLOs (optional)", placeholder="e.g. ttft:500 tpot:50",
                                  elem_id="exp-goodput")
+            slo = gr.Textbox("", label="SLO search (optional): how many users each serves within these",
+                             placeholder="e.g. ttft_p90:500 tpot_p90:25 (leave the levels empty to search only)",
+                             elem_id="exp-slo")
+            with gr.Row():
+                slo_by = gr.Radio(["concurrency", "rate"], value="concurrency", label="Search by",
+                                  elem_id="exp-slo-by")
+                max_concurrency = gr.Textbox("256", label="Highest concurrency (by rate: most in flight)",
+                                             elem_id="exp-max-concurrency")
             preview = gr.Button("Show the plan", elem_id="exp-preview")
             run = gr.Button("Run experiment", variant="primary", elem_id="exp-run")
             stop = gr.Button("Stop (keeps what was measured)", elem_id="exp-stop")
@@ -132,16 +158,16 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
             report = gr.DownloadButton("Download the report (HTML)", visible=False, elem_id="exp-report")
     stop_flag = threading.Event()
 
-    def preview_plan(hw, sp, lv, rq, ol, ex, gp):
+    def preview_plan(hw, sp, lv, rq, ol, ex, gp, sl, sb, mc):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, sl, sb, mc)
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         return "\n\n".join(plan_lines(experiment))
 
-    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp):
+    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp, sl, sb, mc):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, sl, sb, mc)
             if (ex or "").strip():
                 check_page_flags(split_extra_flags([ex.strip()]), vllm_flag_table())
         except WorkbenchError as exc:
@@ -166,9 +192,10 @@ def create_ui(catalog, default_hardware: str, state_dir=None) -> None:
                          for c in result.configs if c.status == "failed")
         status = "✅ **Done.**" if result.status == "done" else f"⚠️ **Partial:** {result.partial}"
         yield (f"{status} Results in `{folder}`.{failed}", winners_frame(result), levels_frame(result),
-               curves_html(result), gr.DownloadButton(value=str(folder / "report.html"), visible=True))
+               slo_html(result) + curves_html(result),
+               gr.DownloadButton(value=str(folder / "report.html"), visible=True))
 
-    inputs = [hardware, specs, levels, requests, osl, extra, goodput]
+    inputs = [hardware, specs, levels, requests, osl, extra, goodput, slo, slo_by, max_concurrency]
     preview.click(preview_plan, inputs, progress)
     # Launches servers: not in the app's API (see the module docstring).
     run.click(run_experiment_fn, inputs, [progress, winners, table, curves, report], concurrency_limit=1,
