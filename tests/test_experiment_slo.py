@@ -25,11 +25,12 @@ from tests.conftest import RECORDED
 from tests.helpers.fixed_rate_server import FixedRateServer
 from workbench.bench import BenchConfig, run_benchmark
 from workbench.bench.client import _StreamReader
+from workbench.bench.lag import ClientLag
 from workbench.bench.records import ChunkKind, RequestRecord
 from workbench.errors import InputError
 from workbench.experiment import ExperimentConfig, ExperimentSettings, load_experiment, new_experiment, run_experiment
 from workbench.experiment.results import ExperimentResult
-from workbench.experiment.slo import CapacityKind, Probe, SloSearch, Verdict, capacity_of, parse_slos
+from workbench.experiment.slo import CapacityKind, SloSearch, Verdict, capacity_of, evaluate, parse_slos
 from workbench.experiment.slo_report import format_slo
 from workbench.experiment.workloads import Workload, WorkloadPrompt
 from workbench.recipes import Catalog, Selection, load_catalog
@@ -213,7 +214,8 @@ def test_a_meet_at_the_bound_says_at_least(shared_url: str, tmp_path: Path, cata
 def test_a_client_bound_probe_is_marked_and_kept_out_of_the_answer(shared_url: str, tmp_path: Path,
                                                                    catalog: Catalog) -> None:
     """From concurrency 4, a thread that holds the GIL 50 ms at a time starves the client's event loop:
-    the benchmark's own lag check must see it, and the search must not trust that probe."""
+    the benchmark's own lag check must see it, and the search must not trust that probe (E2E 410 ms
+    against 600: a lag over 30 ms, 5 % of the objective, could change the verdict)."""
     stop = threading.Event()
 
     def hog() -> None:
@@ -230,7 +232,7 @@ def test_a_client_bound_probe_is_marked_and_kept_out_of_the_answer(shared_url: s
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.05)
     try:
-        result = search_on(shared_url, "tpot_p90:1000", tmp_path / "exp", catalog, max_concurrency=16, tokens=32,
+        result = search_on(shared_url, "e2e_p90:600", tmp_path / "exp", catalog, max_concurrency=16, tokens=32,
                            requests=None, progress=progress)
     finally:
         stop.set()
@@ -246,6 +248,24 @@ def test_a_client_bound_probe_is_marked_and_kept_out_of_the_answer(shared_url: s
     assert capacity.kind is CapacityKind.CLIENT_LIMITED and capacity.level == 2
     assert capacity.sentence().startswith("fixed serves at least 2 users within the SLO (")
     assert "; at concurrency 3 the client was the bottleneck (client event-loop lag p99" in capacity.sentence()
+
+
+def test_the_lag_that_voids_a_probe_is_5_percent_of_what_the_objectives_judge(shared_url: str) -> None:
+    """The benchmark marks a run client-bound at a 10 ms lag p99 (5 % of a 200 ms TTFT). The search takes
+    the same 5 % of its objectives: the 10.3 ms p99 lag at 1 % client CPU seen beside a CPU vLLM server
+    (the machine's scheduler, not the client) does not void a 2000 ms TTFT, but does void a 150 ms one."""
+    result = run_benchmark(BenchConfig(url=shared_url, concurrency=1, requests=2, warmup_requests=0,
+                                       output_tokens=16, input_tokens=16))
+    result.client_lag = ClientLag(mean_ms=0.5, p99_ms=10.3, max_ms=58.8, samples=1852, cpu_percent=1.3)
+    assert result.client_bound  # the benchmark's own verdict
+    loose = evaluate(SloSearch(parse_slos("ttft_p90:2000")), "concurrency", 1, None, result)
+    assert loose.verdict is Verdict.MET
+    assert loose.note == "client lag p99 10.3 ms, under 5% of the 2,000 ms the objectives judge: trusted"
+    tight = evaluate(SloSearch(parse_slos("ttft_p90:150 tpot_p90:50")), "concurrency", 1, None, result)
+    assert tight.verdict is Verdict.CLIENT_BOUND and "CLIENT-BOUND" in (tight.note or "")
+    result.client_lag = ClientLag(mean_ms=0.5, p99_ms=2.0, max_ms=3.0, samples=100, cpu_percent=95.0)
+    busy = evaluate(SloSearch(parse_slos("ttft_p90:2000")), "concurrency", 1, None, result)
+    assert busy.verdict is Verdict.CLIENT_BOUND  # a client using a whole core, whatever the objectives
 
 
 def test_a_search_cut_short_keeps_its_probes_and_resume_finishes_it(shared_url: str, tmp_path: Path,
