@@ -193,6 +193,7 @@ def report_html(result: ExperimentResult) -> str:
     versions = sorted({str(c.server.get("vllm_version")) for c in result.configs if c.server.get("vllm_version")})
     s = result.settings
     status = result.status + (f": {result.partial}" if result.partial else "")
+    levels_text = ", ".join(map(str, s.concurrency)) or "as the SLO search probed"
     answer = "".join(f"<li>{html.escape(x.summary)}</li>" for x in result.crossovers())
     per_user = [w for w in result.winners() if w.metric == "decode_per_user_tps"]
     answer += "".join(f"<li>Concurrency {w.concurrency}: {html.escape(w.label)} wins on per-user decode "
@@ -204,7 +205,7 @@ def report_html(result: ExperimentResult) -> str:
 <p>Machine (the client's): {html.escape(machine)}<br>vLLM: {html.escape(', '.join(versions) or 'unknown')}</p>
 <p>Workload: {html.escape(result.workload.name)}, {len(result.workload.prompts)} prompts
 ({html.escape(', '.join(result.workload.categories))}); {s.output_tokens} output tokens per request (unless the
-prompt sets its own), temperature {s.temperature:g}, concurrency {', '.join(map(str, s.concurrency))},
+prompt sets its own), temperature {s.temperature:g}, concurrency {levels_text},
 {s.warmup_requests} warm-up request(s) per level; every configuration and level sent the same prompts in the
 same order.{'' if not s.goodput else ' Goodput SLOs: ' + html.escape(json.dumps(s.goodput)) + '.'}</p>
 {slo_html(result)}

@@ -159,8 +159,9 @@ def plan_lines(result: ExperimentResult) -> list[str]:
     prompts = len(result.workload.prompts)
     per_level = ", ".join(f"c={n}: {s.requests_at(n, prompts)}" for n in s.concurrency)
     sweep = (f"{len(s.concurrency)} level(s) (concurrency {', '.join(map(str, s.concurrency))}); requests per level "
-             f"{per_level}" if s.concurrency else "an SLO search (no fixed levels); requests per probe: the "
-             "workload's prompts, or 2 x concurrency if more")
+             f"{per_level}" if s.concurrency else "an SLO search (no fixed levels); requests per probe: "
+             + (f"{s.requests_per_level} (or the concurrency, if more)" if s.requests_per_level is not None
+                else "the workload's prompts, or 2 x concurrency if more"))
     lines = [f"Experiment: {len(result.configs)} configuration(s) x {sweep} "
              f"(+{s.warmup_requests} warm-up); workload {result.workload.name} "
              f"({prompts} prompts: {', '.join(result.workload.categories)}), {s.output_tokens} output tokens, "

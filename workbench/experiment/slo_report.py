@@ -31,6 +31,12 @@ def _value(value: float | None) -> str:
     return "inf" if math.isinf(value) else f"{value:,.1f}"
 
 
+def _nice(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 times a power of ten at or above `value` (an axis's top)."""
+    power = 10 ** math.floor(math.log10(value))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= value)
+
+
 def probe_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
     """The probes table: one row per probe, in the order run; a figure that missed its objective ends in *."""
     search = result.settings.search()
@@ -94,7 +100,7 @@ def slo_svg(search: SloSearch, slo: Slo, probes: dict[str, list[Probe]], found: 
     if xmax <= xmin:
         xmax = xmin + 1
     finite = [pt[1] for pt in points if not math.isinf(pt[1])]
-    ymax = max([slo.bound * 1.5, *(v for v in finite if v <= slo.bound * 4)]) * 1.05
+    ymax = _nice(max([slo.bound * 1.5, *(v for v in finite if v <= slo.bound * 4)]))
 
     def px(x: float) -> float:
         return left + ((math.log2(x) if log_x else x) - xmin) / (xmax - xmin) * pw
