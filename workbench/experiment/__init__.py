@@ -7,6 +7,7 @@
     results.py    ExperimentResult: state.json, experiment.json, report.html after every level
     report.py     the self-contained HTML report, and the terminal tables
     slo.py        the SLO search: per configuration, how many users (or req/s) within the objectives
+    slo_objectives.py  the objectives (ttft_p90:500 ...) and how a probe's requests are judged
     slo_report.py the search shown: the answer first, then the probes; one picture per objective
     charts.py     the report's SVG line and bar charts
 

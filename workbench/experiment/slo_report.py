@@ -33,8 +33,8 @@ def _value(value: float | None) -> str:
 
 def _nice(value: float) -> float:
     """The smallest 1, 2, 2.5 or 5 times a power of ten at or above `value` (an axis's top)."""
-    power = 10 ** math.floor(math.log10(value))
-    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= value)
+    power = 10.0 ** math.floor(math.log10(value))
+    return float(next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= value))
 
 
 def probe_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
