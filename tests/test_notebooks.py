@@ -196,7 +196,7 @@ def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch)
     assert re.search(r"^(Winner: |No winner: |No configuration met the SLO)", text, re.MULTILINE), text
     assert "off: probes at ['concurrency 1" in text and "ngram: probes at ['concurrency 1" in text
     widgets = _widget_values(nb)  # the ExperimentView: the SLO answer, winners table, levels
-    assert "How many users within the SLO" in widgets and 'stroke-dasharray="6 4"' in widgets
+    assert "How many users within the SLO" in widgets and "stroke-dasharray" in widgets  # the objective's line
     assert "winner" in widgets and "per-user decode tok/s" in widgets and "ngram is ahead of off" in widgets
     assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == 1  # only the demo server runs
 

@@ -49,7 +49,7 @@ def probe_rows(result: ExperimentResult) -> tuple[list[str], list[list[str]]]:
         for number, p in enumerate(c.probes, 1):
             requests = "-" if p.result is None else str(p.result.summary.requests)
             figures = [_value(p.figures.get(s.key)) + (" *" if s.key in p.missed else "") for s in search.slos]
-            note = p.note or ("a level of the sweep, reused" if p.reused else "")
+            note = "; ".join(n for n in (p.note, "a level of the sweep, reused" if p.reused else None) if n)
             rows.append([c.label, str(number), p.load(), requests, *figures,
                          "-" if p.request_rate is None else f"{p.request_rate:.3g}", p.verdict.value, note])
     return header, rows
