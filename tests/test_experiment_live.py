@@ -86,7 +86,7 @@ def test_ctrl_c_stops_the_server_and_resume_finishes(demo_model_dir: Path, tmp_p
     port = free_port()
     argv = [sys.executable, "-m", "workbench", "experiment", "--hardware", "cpu", "--spec", "off",
             "--concurrency", "1,2", "--requests", "3", "--osl", "64", "--output-dir", str(out),
-            "--port", str(port), "--quiet"]
+            "--port", str(port), "--quiet", "--quality", "off"]
     env_state = {"WORKBENCH_STATE_DIR": str(tmp_path / "state")}
     import os
 

@@ -204,11 +204,13 @@ def test_a_meet_at_the_bound_says_at_least(shared_url: str, tmp_path: Path, cata
     shown = experiment_summary(result)
     assert shown.index("How many users within the SLO") < shown.index("fixed serves at least 8 users")
     assert 'stroke-dasharray="6 4"' in shown
-    tab = _experiment(catalog, "cpu", "off,ngram", "", "", "64", "", "", "tpot_p90:43 ttft_p99:900", "concurrency", "8")
+    tab = _experiment(catalog, "cpu", "off,ngram", "", "", "64", "", "", slo="tpot_p90:43 ttft_p99:900",
+                      slo_by="concurrency", max_concurrency="8")
     assert tab.settings.concurrency == [] and tab.settings.search() == SloSearch(parse_slos("tpot_p90:43 ttft_p99:900"),
                                                                                  "concurrency", 8)
     with pytest.raises(InputError, match="is not an objective"):
-        _experiment(catalog, "cpu", "off,ngram", "", "", "64", "", "", "tpot:43", "concurrency", "8")
+        _experiment(catalog, "cpu", "off,ngram", "", "", "64", "", "", slo="tpot:43", slo_by="concurrency",
+                    max_concurrency="8")
 
 
 def test_a_client_bound_probe_is_marked_and_kept_out_of_the_answer(shared_url: str, tmp_path: Path,

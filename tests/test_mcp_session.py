@@ -170,10 +170,11 @@ def test_the_chat_tab_keeps_the_mcp_part_of_the_saved_chat_and_leaves_skips_alon
     from workbench.ui.chat_mcp import with_mcp
 
     before = {"display": [], "conversation": None, "mcp": {"servers": [{"kind": "http", "url": "http://h/mcp"}]}}
-    turn = [("shown", "", "", "", "", gr.skip(), None, ""),
-            ("shown", "", "", "", "", {"display": ["x"], "conversation": None}, None, "")]
+    turn = [("shown", "", "", "", gr.skip(), None, ""),
+            ("shown", "", "", "", {"display": ["x"], "conversation": None}, None, "")]
     first, last = list(with_mcp(iter(turn), before, None))
-    assert first[5] == gr.skip() and first[-1] == ""  # a skip stays a skip (Gradio reads a dict as an update)
-    assert last[5] == {"display": ["x"], "conversation": None, "mcp": before["mcp"]}
+    assert first[4] == gr.skip() and first[-2] == ""  # a skip stays a skip (Gradio reads a dict as an update)
+    assert first[-1].visible == "hidden"  # nothing waits: no Approve / Always / Deny
+    assert last[4] == {"display": ["x"], "conversation": None, "mcp": before["mcp"]}
     [connected] = list(with_mcp(iter(turn[1:]), before, McpConnections()))
-    assert connected[5]["mcp"] == {"servers": []}  # what is connected now is what is saved
+    assert connected[4]["mcp"] == {"servers": []}  # what is connected now is what is saved

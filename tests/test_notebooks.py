@@ -147,6 +147,8 @@ def test_01_quickstart(notebook_state_dir, artifacts_dir, monkeypatch):
     predicted = re.search(r"^planner said:\s+(.+)$", text, re.MULTILINE)
     assert said and predicted and said.group(1) == predicted.group(1), text
     assert "Memory planner" in _widget_values(nb)  # the picker's planner widget
+    # The H200 command as Kubernetes manifests, validated offline, the container running that command.
+    assert "3 check(s), valid" in text and "The container runs the rendered command: True" in text
     assert len(_demo_servers(notebook_state_dir)) == 1
 
 
@@ -189,15 +191,23 @@ def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch)
     for _, responses, metrics in agreement:
         assert float(metrics) > 0 and abs(float(responses) - float(metrics)) <= 0.05 * float(metrics)
     assert "per draft position (/metrics):" in text and "report.html" in text
+    # Quality beside speed: ngram's answers against off's at temperature 0, and lm-eval's accuracy for both.
+    assert re.search(r"^off: agreement reference; accuracy \d+ % \(\d+-\d+ %, n=12\); quality: reference$", text,
+                     re.MULTILINE), text
+    ngram = re.search(r"^ngram: agreement (\d+) % identical \((\d)/3\); common prefix ([\d.]+) of ([\d.]+) tokens; "
+                      r"accuracy \d+ % \(\d+-\d+ %, n=12\); quality: (no loss|better|loss)$", text, re.MULTILINE)
+    assert ngram, text
+    assert float(ngram.group(3)) <= float(ngram.group(4)) and (ngram.group(2) != "3" or ngram.group(3) == ngram.group(4))
     # The SLO search on the same servers: each configuration's capacity said plainly, then who serves more.
     said = re.findall(r"^(off|ngram) (?:serves (?:at least )?\d+ users? within the SLO|misses the SLO at concurrency 1)",
                       text, re.MULTILINE)
     assert sorted(said) == ["ngram", "off"], text
     assert re.search(r"^(Winner: |No winner: |No configuration met the SLO)", text, re.MULTILINE), text
     assert "off: probes at ['concurrency 1" in text and "ngram: probes at ['concurrency 1" in text
-    widgets = _widget_values(nb)  # the ExperimentView: the SLO answer, winners table, levels
+    widgets = _widget_values(nb)  # the ExperimentView: the SLO answer, winners table, levels, quality
     assert "How many users within the SLO" in widgets and "stroke-dasharray" in widgets  # the objective's line
     assert "winner" in widgets and "per-user decode tok/s" in widgets and "ngram is ahead of off" in widgets
+    assert "agreement with the reference" in widgets and "at that speed" in widgets
     assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == 1  # only the demo server runs
 
 

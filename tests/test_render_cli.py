@@ -12,7 +12,7 @@ import pytest
 
 from workbench import cli
 from workbench.cli import render as render_cmd
-from workbench.recipes import Selection
+from workbench.recipes import Selection, render
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_recipes import NVFP4, SEED_ARGV, SEED_DOCKER_TEXT, SEED_SERVE_TEXT  # noqa: E402
@@ -126,8 +126,17 @@ def test_selection_helpers_are_reusable():
     sel = render_cmd.selection_from_args(args, detect=lambda: "h100")
     assert sel == Selection(hardware="h100", features=["reasoning", "spec_decoding"], nodes=2, port=8001,
                             extra=["--a 1", "--b"])
+    # A named recipe keeps its own hardware choice, but learns the machine's: a GPU machine serves
+    # the demo recipe on its GPU, a CPU machine keeps Nemotron's default GPU for the command.
+    args = parser.parse_args(["--recipe", "smollm2"])
+    sel = render_cmd.selection_from_args(args, detect=lambda: "h100")
+    assert sel.hardware is None and sel.detected_hardware == "h100"
+    assert render(sel).hardware == "h100" and "--enforce-eager" not in render(sel).argv
     args = parser.parse_args(["--recipe", "nemotron"])
-    assert render_cmd.selection_from_args(args, detect=lambda: 1 / 0).hardware is None
+    sel = render_cmd.selection_from_args(args, detect=lambda: "cpu")
+    assert render(sel).hardware == "h200" and render(sel).fallbacks == []
+    args = parser.parse_args(["--preset", "max_throughput"])
+    assert render_cmd.selection_from_args(args, detect=lambda: 1 / 0).detected_hardware is None
 
 
 def test_subprocess_render_h200():

@@ -94,6 +94,18 @@ def test_cpu_plan_serves_the_built_demo_model_on_loopback():
     assert cmd.plan["recipe_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
+def test_nvlink_multicast_settings_reach_the_server_command(monkeypatch):
+    """Set in the workbench's environment, they are in the server's command (and so in its record),
+    not left to inheritance: a container or a node would not inherit them."""
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    monkeypatch.setenv("NVSHMEM_DISABLE_NVLS", "1")
+    monkeypatch.delenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", raising=False)
+    cmd = server.prepare(render(Selection(hardware="cpu"), load_catalog()), progress=lambda message: None)
+    assert {k: cmd.env[k] for k in ("NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS")} == {
+        "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1"}
+    assert "TORCH_SYMM_MEM_DISABLE_MULTICAST" not in cmd.env
+
+
 def test_a_host_the_user_asks_for_replaces_loopback():
     plan = render(Selection(hardware="cpu"), load_catalog())
     cmd = server.prepare(plan, host="0.0.0.0", progress=lambda message: None)

@@ -21,7 +21,7 @@ from workbench.telemetry import (
     MEMORY_UNIFIED, GpuPoller, GpuReading, GpuSource, RecordedNvml, format_gpu_table, summarize_readings,
 )
 from workbench.telemetry.nvml import (
-    NvmlFieldUnavailable, NvmlUnavailable, RecordedSeries, record_nvml, throttle_reason_names,
+    NvmlFieldUnavailable, NvmlUnavailable, RecordedSeries, record_nvml, sample_from_nvml, throttle_reason_names,
 )
 from workbench.telemetry.smi import SMI_QUERY_ARGS, parse_smi_csv
 
@@ -203,7 +203,11 @@ def test_poller_keeps_a_bounded_series():
 def test_recording_round_trips_and_reasons_decode():
     recording = PHASES["load"][-1]
     again = record_nvml(RecordedNvml(recording))
-    assert again["devices"] == recording["devices"]
+    # Every recorded field comes back as it was; a field this recording predates (the process
+    # list) comes back as NVML's "not available", and the sample says None, not "no processes".
+    assert [{k: d[k] for k in rec} for d, rec in zip(again["devices"], recording["devices"])] == recording["devices"]
+    assert again["devices"][0]["processes"] == {"unavailable": "not recorded"}
+    assert sample_from_nvml(RecordedNvml(recording), 0).processes is None
     assert throttle_reason_names(0x4 | 0x40) == ("sw_power_cap", "hw_thermal_slowdown")
     with pytest.raises(NvmlFieldUnavailable):
         RecordedNvml({"driver_version": "x", "devices": [{}]}).read(0, "power_mw")

@@ -113,6 +113,13 @@ def _combinations():
             if preset.engine != "vllm":
                 continue  # trtllm_mtp is TensorRT-LLM's trtllm-serve, not a vLLM argv
             yield f"{recipe.id} preset {name}", render(Selection(recipe=recipe.id, preset=name), catalog)
+            yield f"{recipe.id} preset {name} fixed", render(
+                Selection(recipe=recipe.id, preset=name, apply_fixes=["all"]), catalog)
+        # Every known problem's fix applied (the Recipe tab's "Apply the change"), where one is met.
+        for hw, spec in itertools.product(catalog.hardware, specs):
+            yield f"{recipe.id} {hw} {spec} fixed", render(Selection(
+                recipe=recipe.id, hardware=hw, spec=spec, apply_fixes=["all"],
+                extra=["--no-enable-chunked-prefill --mamba-ssm-cache-dtype float16"]), catalog)
 
 
 def test_vllm_parser_accepts_every_rendered_argv():

@@ -17,6 +17,7 @@ from workbench.server.preflight import (
     day_of_checks, docker_image_check, download_weights, memory_headroom_check, weights_check,
 )
 from workbench.workshop import Room, RoomLimits, SignIn, WorkshopSettings, normalize_name, settings_from
+from workbench.workshop.signin import CODE_MAX_BACKOFF_S
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HELP = (FIXTURES / "vllm-0.32.0-cpu" / "vllm_serve_help_all.txt").read_text()
@@ -109,13 +110,15 @@ def test_names_are_checked_and_sessions_are_random():
 def test_wrong_codes_slow_that_address_and_the_right_code_still_gets_in():
     signin = SignIn("ROOM42")
     for _ in range(20):  # a big room's typos behind one NAT cost nothing
-        assert signin.wait_before_check("10.0.0.9") == 0.0
-        with pytest.raises(RoomError):
+        with pytest.raises(RoomError, match="not right") as wrong:
             signin.check("Ada", "guess", client="10.0.0.9")
-    assert signin.wait_before_check("10.0.0.9") == 0.0  # the first check past them goes at once ...
-    assert signin.wait_before_check("10.0.0.9") > 0.0  # ... the next waits its turn
-    assert signin.check("Ada", "ROOM42", client="10.0.0.9") == "Ada"  # never refused for others' failures
-    assert signin.wait_before_check("127.0.0.1") == 0.0
+        assert wrong.value.retry_after_s is None
+    with pytest.raises(RoomError, match="yours was not checked") as early:  # the right code, too soon
+        signin.check("Ada", "ROOM42", client="10.0.0.9")
+    assert 0 < early.value.retry_after_s <= CODE_MAX_BACKOFF_S and "Wait 1 s" in early.value.hint
+    assert signin.check("Grace", "ROOM42", client="127.0.0.1") == "Grace"  # another address: at once
+    time.sleep(early.value.retry_after_s)
+    assert signin.check("Ada", "ROOM42", client="10.0.0.9") == "Ada"  # after the back-off: in
 
 
 def test_exposed_workshop_needs_code_and_presenter_login_and_scrubs_the_environment():

@@ -90,3 +90,34 @@ def test_room_tab_shows_four_attendees_chatting(browser, room_url, artifacts_dir
         other = [n for n in NAMES if n != name]
         assert not any(f"{n}:1" in page.locator("#chatbot").inner_text() for n in other)
     pages[0].screenshot(path=str(artifacts_dir / "workshop-attendee.png"), full_page=True)
+
+
+def test_the_presenter_login_page_shows_the_wait_after_wrong_passwords(browser, room_url, artifacts_dir):  # noqa: F811
+    """Last in the module: it puts this address on the login back-off."""
+    from workbench.ui.guards import LOGIN_FREE
+
+    page = browser.new_context().new_page()
+    page.goto(room_url + "/presenter/")
+    password = page.locator("input[type=password]")
+    for i in range(LOGIN_FREE):  # each wrong one: Gradio clears the fields and says so
+        page.fill("input[type=text]", "presenter")
+        password.fill(f"wrong-{i}")
+        page.keyboard.press("Enter")
+        _wait_for(lambda: password.input_value() == "", 10, f"wrong login {i + 1} answered", page,
+                  artifacts_dir / "login-wrong-timeout.png")
+    assert "Incorrect Credentials" in page.locator("body").inner_text()  # Gradio's own words
+    page.fill("input[type=text]", "presenter")
+    password.fill(PASSWORD)  # the right one, too soon: refused unchecked, and the page says for how long
+    page.keyboard.press("Enter")
+    notice = page.locator("#login-wait")
+    said = _wait_for(lambda: notice.count() and notice.inner_text(), 10, "the wait on the login page", page,
+                     artifacts_dir / "login-wait-timeout.png")
+    assert re.fullmatch(r"Too many wrong logins came from this address\. The next login is checked in \d+ s: "
+                        r"wait, then log in again\.", said), said
+    assert not page.get_by_text("Incorrect Credentials").is_visible()  # that was about an earlier attempt
+    page.screenshot(path=str(artifacts_dir / "presenter-login-wait.png"), full_page=True)
+    _wait_for(lambda: notice.inner_text() == "You can log in again now.", 35, "the end of the wait", page,
+              artifacts_dir / "login-wait-end-timeout.png")
+    page.keyboard.press("Enter")  # the fields were kept: the same, right password again
+    page.get_by_role("tab", name="Room").wait_for(timeout=30_000)
+    assert page.locator("#login-wait").count() == 0

@@ -5,6 +5,8 @@ port against the fixed-rate server, attacked over HTTP as an attendee would."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import threading
 import time
 
@@ -14,7 +16,7 @@ import pytest
 from workbench.errors import InputError, RoomError, WorkbenchError
 from workbench.workshop import Room, RoomChat, RoomLimits, SignIn, WorkshopSettings, normalize_name, settings_from
 from workbench.workshop.room import SIGNIN_BURST
-from workbench.workshop.throttle import FailureDelay, RateLimit
+from workbench.workshop.throttle import FailureBackoff, RateLimit
 from workbench.workshop.turns import AttendeeChat, public_text
 
 
@@ -149,23 +151,42 @@ def test_turns_at_once_are_limited_per_address_as_well_as_per_name():
     room.begin_turn("n3", address="10.1.1.1")
 
 
-def test_failure_delay_spaces_checks_and_refuses_a_full_queue_without_checking():
+def test_backoff_answers_at_once_and_doubles_after_the_free_failures():
     clock = Clock()
-    delay = FailureDelay(free=2, window_s=60, base_s=1, max_s=4, max_wait_s=5, clock=clock)
-    for _ in range(2):
-        assert delay.reserve("a") == 0.0
-        delay.failed("a")
+    backoff = FailureBackoff(free=2, window_s=60, base_s=1, max_s=4, clock=clock)
+    for _ in range(2):  # the free ones: checked at once, back to back
+        assert backoff.admit("a") == 0.0
+        backoff.failed("a")
+    assert backoff.admit("a") == pytest.approx(1.0)  # after the 2nd failure: 1 s, said at once
+    clock.now += 0.4
+    assert backoff.admit("a") == pytest.approx(0.6)  # asking again moves nothing
     waits = []
-    for _ in range(2):  # one after the other: spaced 1 s, then doubling
-        waits.append(delay.reserve("a"))
-        delay.failed("a")
-    assert waits == [0.0, pytest.approx(1.0)]
-    queued = [delay.reserve("a") for _ in range(3)]  # at once: the most spacing (4 s) behind each other
-    assert queued[:2] == [pytest.approx(3.0), None]
-    assert delay.reserve("a") is None  # over 5 s queued: busy, nothing checked
-    assert delay.reserve("b") == 0.0
+    for _ in range(4):  # each one checked when its wait is over: 1 s, 2 s, 4 s, 4 s (the most)
+        clock.now += backoff.admit("a")
+        assert backoff.admit("a") == 0.0
+        backoff.failed("a")
+        waits.append(backoff.admit("a"))
+    assert waits == [pytest.approx(2.0), pytest.approx(4.0), pytest.approx(4.0), pytest.approx(4.0)]
+    assert backoff.admit("b") == 0.0  # another address is not slowed
+    clock.now += 4.0
+    assert backoff.admit("a") == 0.0  # the right answer after the wait is checked ...
+    backoff.passed("a")
+    assert backoff.failures("a") == 6  # ... and wipes nothing
     clock.now += 61
-    assert delay.reserve("a") == 0.0  # the window passed: no lockout for good
+    assert backoff.admit("a") == 0.0 and backoff.failures("a") == 0  # the window passed: no lockout for good
+
+
+def test_backoff_gives_a_burst_no_more_checks_than_a_sequence():
+    clock = Clock()
+    backoff = FailureBackoff(free=3, window_s=60, base_s=1, max_s=4, clock=clock)
+    admitted = [backoff.admit("a") for _ in range(10)]  # all at once: none has failed yet
+    assert admitted[:3] == [0.0, 0.0, 0.0] and all(w == pytest.approx(1.0) for w in admitted[3:])
+    for _ in range(3):
+        backoff.failed("a")
+    assert backoff.admit("a") == pytest.approx(1.0)
+    clock.now += 1.0
+    assert backoff.admit("a") == 0.0  # the 4th is checked; while it is, the next waits as if it failed
+    assert backoff.admit("a") == pytest.approx(2.0)
 
 
 def test_rate_limit_refills():
@@ -346,15 +367,103 @@ def test_the_app_answers_only_its_own_host_names(room):
         assert httpx.get(base + "/join", headers={"Host": host}).status_code == 200, host
 
 
-def test_wrong_presenter_logins_slow_down_and_the_right_one_still_gets_in(room):
+# Each flood comes from its own loopback address (all of 127.0.0.0/8 is this machine): the
+# other tests' sign-ins from 127.0.0.1 are not on its back-off.
+LOGIN_GUESSER, CODE_GUESSER = "127.0.0.6", "127.0.0.5"
+
+
+def _flood(base: str, address: str, path: str, data_for, count: int) -> list[tuple[int, float, int | None, str]]:
+    """`count` posts back to back from `address`, each sent when the last was answered:
+    (status, seconds to the answer, Retry-After, body) of each."""
+    answers = []
+    with httpx.Client(base_url=base, transport=httpx.HTTPTransport(local_address=address), timeout=10) as http:
+        for i in range(count):
+            started = time.monotonic()
+            r = http.post(path, data=data_for(i))
+            retry = r.headers.get("retry-after")
+            answers.append((r.status_code, time.monotonic() - started, int(retry) if retry else None, r.text))
+    return answers
+
+
+def _checks_allowed(free: int, flood_s: float) -> int:
+    """Most checks a flood of `flood_s` seconds can get: the free ones, then one 1, 2, 4 ... back-offs
+    (in units of the first) apart. With the first back-off 1 s: checks at 1, 3, 7, 15 s ..."""
+    return free + int(math.log2(flood_s + 1))
+
+
+def test_forty_wrong_presenter_logins_are_answered_at_once_and_the_right_one_gets_in_after_the_backoff(room):
+    from workbench.ui.guards import LOGIN_BACKOFF_S, LOGIN_FREE, LOGIN_MAX_BACKOFF_S
+
     _, base = room
     started = time.monotonic()
-    statuses = [httpx.post(base + "/presenter/login", data={"username": "presenter", "password": f"guess{i}"},
-                           timeout=60).status_code for i in range(8)]
-    took = time.monotonic() - started
-    assert statuses == [400] * 8 and took >= 3.0  # 5 free, then spaced 1 s, 2 s ...
-    right = httpx.post(base + "/presenter/login", data={"username": "presenter", "password": PASSWORD}, timeout=60)
-    assert right.status_code == 200
+    answers = _flood(base, LOGIN_GUESSER, "/presenter/login",
+                     lambda i: {"username": "presenter", "password": f"guess{i}"}, 40)
+    flood_s = time.monotonic() - started
+    codes = [status for status, *_ in answers]
+    slowest = max(took for _, took, _, _ in answers)
+    assert slowest < 1.0, f"an answer took {slowest:.2f} s: {[(s, round(t, 3)) for s, t, _, _ in answers]}"
+    # Gradio answers a wrong login 400 ("Incorrect credentials", which its login form shows).
+    assert codes[:LOGIN_FREE] == [400] * LOGIN_FREE and codes[LOGIN_FREE] == 429, codes
+    assert set(codes) == {400, 429} and codes.count(400) <= _checks_allowed(LOGIN_FREE, flood_s / LOGIN_BACKOFF_S)
+    for status, _, retry, body in answers:
+        if status == 429:
+            assert retry is not None and 1 <= retry <= LOGIN_MAX_BACKOFF_S
+            assert json.loads(body)["detail"].endswith(f"The next login is checked in {retry} s.")
+    with httpx.Client(base_url=base, transport=httpx.HTTPTransport(local_address=LOGIN_GUESSER)) as http:
+        # The right password while the back-off lasts: refused unchecked (nothing leaks), and a
+        # browser that posts the form itself is given a page saying the wait.
+        right = {"username": "presenter", "password": PASSWORD}
+        early = http.post("/presenter/login", data=right, headers={"Accept": "text/html,application/xhtml+xml"})
+        assert early.status_code == 429 and "<html" in early.text
+        wait = int(early.headers["retry-after"])
+        assert 1 <= wait <= LOGIN_MAX_BACKOFF_S and f"The next login is checked in {wait} s." in early.text
+        time.sleep(wait)
+        signed_in = http.post("/presenter/login", data=right)
+        assert signed_in.status_code == 200, (signed_in.status_code, signed_in.text)
+        assert http.get("/presenter/config").status_code == 200  # the session cookie works
+
+
+def test_a_hundred_and_twenty_wrong_room_codes_are_answered_at_once_and_the_right_one_gets_in(room):
+    from workbench.workshop.signin import CODE_BACKOFF_S, CODE_MAX_BACKOFF_S, FREE_FAILURES
+
+    _, base = room
+    started = time.monotonic()
+    answers = _flood(base, CODE_GUESSER, "/join", lambda i: {"name": f"guesser {i}", "code": f"WRONG-{i}"}, 120)
+    flood_s = time.monotonic() - started
+    codes = [status for status, *_ in answers]
+    slowest = max(took for _, took, _, _ in answers)
+    assert slowest < 1.0, f"an answer took {slowest:.2f} s: {[(s, round(t, 3)) for s, t, _, _ in answers]}"
+    assert codes[:FREE_FAILURES] == [400] * FREE_FAILURES and codes[FREE_FAILURES] == 429, codes
+    assert set(codes) == {400, 429} and codes.count(400) <= _checks_allowed(FREE_FAILURES, flood_s / CODE_BACKOFF_S)
+    for status, _, retry, body in answers:
+        if status == 400:
+            assert "That room code is not right." in body
+        else:  # the join page again, saying the wait
+            assert retry is not None and 1 <= retry <= CODE_MAX_BACKOFF_S
+            assert f"yours was not checked. Wait {retry} s, then try again." in body and 'id="join-code"' in body
+    with httpx.Client(base_url=base, transport=httpx.HTTPTransport(local_address=CODE_GUESSER)) as http:
+        right = {"name": "Patient Guest", "code": CODE}
+        early = http.post("/join", data=right)  # while the back-off lasts: refused unchecked
+        assert early.status_code == 429 and "yours was not checked" in early.text
+        time.sleep(int(early.headers["retry-after"]))
+        signed_in = http.post("/join", data=right)
+        assert signed_in.status_code == 303, (signed_in.status_code, signed_in.text)
+        assert http.get("/").status_code == 200  # the session cookie works
+
+
+def test_the_presenter_login_page_carries_the_wait_notice_and_other_pages_do_not(room):
+    _, base = room
+    browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}  # a page the browser opens
+    assert 'id="workbench-login-wait"' in httpx.get(base + "/presenter/", headers=browser).text
+    with httpx.Client(base_url=base, headers=browser) as presenter:
+        signed_in = presenter.post("/presenter/login", data={"username": "presenter", "password": PASSWORD})
+        assert signed_in.status_code == 200
+        page = presenter.get("/presenter/")
+        assert page.status_code == 200 and "workbench-login-wait" not in page.text
+    with httpx.Client(base_url=base, headers=browser) as attendee:
+        assert attendee.post("/join", data={"name": "Page Reader", "code": CODE}).status_code == 303
+        page = attendee.get("/")
+        assert page.status_code == 200 and "workbench-login-wait" not in page.text
 
 
 def test_forwarded_for_cannot_rotate_past_the_sign_in_limit(room):

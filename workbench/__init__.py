@@ -4,6 +4,7 @@ The flow, one subpackage per stage:
 
     recipes/   YAML catalog --render(Selection)--> LaunchPlan (with the known issues it meets)
     planner/   LaunchPlan + config.json --plan_memory--> MemoryPlan (KV cache, concurrency vs context)
+    deploy/    LaunchPlan --render_manifests--> Kubernetes YAML (Deployment, LeaderWorkerSet, Helm values)
     server/    LaunchPlan --launch--> ServerProcess (phases, log, diagnosis, stop)
     chat/      base_url --ChatSession.stream--> typed events --TurnTranscript--> a view
     agents/    base_url --verify_endpoint--> VerifyReport;  --render_harness--> an agent harness's config
@@ -38,6 +39,10 @@ _EXPORTS: dict[str, str] = {
     "MemoryPlan": "workbench.planner",
     "plan_memory": "workbench.planner",
     "startup_capacity": "workbench.planner",
+    # Kubernetes manifests
+    "DeployOptions": "workbench.deploy",
+    "render_manifests": "workbench.deploy",
+    "validate_manifests": "workbench.deploy",
     # server
     "ServerProcess": "workbench.server",
     "attach": "workbench.server",
@@ -81,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     # experiments
     "ExperimentConfig": "workbench.experiment",
     "ExperimentSettings": "workbench.experiment",
+    "QualitySettings": "workbench.experiment",
     "builtin_workload": "workbench.experiment",
     "configs_from_specs": "workbench.experiment",
     "load_dataset": "workbench.experiment",
@@ -148,6 +154,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         verify_request_fields,
     )
     from workbench.demo.models import build_forcing_model, special_token_ids
+    from workbench.deploy import DeployOptions, render_manifests, validate_manifests
     from workbench.errors import (
         BenchError,
         BenchShapeError,
@@ -165,6 +172,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.experiment import (
         ExperimentConfig,
         ExperimentSettings,
+        QualitySettings,
         SloSearch,
         builtin_workload,
         configs_from_specs,

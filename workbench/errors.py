@@ -90,7 +90,14 @@ class PlannerError(WorkbenchError):
 
 
 class RoomError(WorkbenchError):
-    """A workshop room refuses a sign-in or a turn: a wrong room code, a turn already running."""
+    """A workshop room refuses a sign-in or a turn: a wrong room code, a turn already running.
+    `retry_after_s` is set when the refusal is only for now (too many attempts from one
+    address): the seconds until trying again is worth it."""
+
+    def __init__(self, message: str, *, hint: str | None = None,
+                 settings: Iterable[str] | Mapping[str, object] = (), retry_after_s: float | None = None) -> None:
+        super().__init__(message, hint=hint, settings=settings)
+        self.retry_after_s = retry_after_s
 
 
 class ToolError(WorkbenchError):

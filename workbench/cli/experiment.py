@@ -3,6 +3,8 @@
     python -m workbench experiment --hardware cpu --spec off,ngram --concurrency 1,4,16
     python -m workbench experiment --hardware h200 --spec off,mtp,dspark --concurrency 1,8,64 --goodput ttft:500
     python -m workbench experiment --hardware cpu --config 'plain:off' --config 'ngram-8seqs:ngram:--max-num-seqs 8'
+    python -m workbench experiment --hardware h200 --spec mtp --vary 'ssm32=--mamba-ssm-cache-dtype float32' \
+        --vary 'ssm16=--mamba-ssm-cache-dtype float16' --quality full
     python -m workbench experiment --attach http://127.0.0.1:8000 --label mine --concurrency 1,4
     python -m workbench experiment --hardware cpu --spec off,ngram --slo ttft_p90:500 tpot_p90:25
     python -m workbench experiment --attach http://127.0.0.1:8000 --slo e2e_p99:8000 --slo-by rate
@@ -10,8 +12,9 @@
 
 For each configuration in turn: launch it on one port, wait until ready, warm up,
 run the concurrency sweep with the same prompts, read /metrics around each level,
-stop it. Results (state.json, experiment.json, report.html) are written after
-every level; Ctrl-C stops the running server and writes what was measured, marked
+and (unless --quality off) check its answers on the same server: agreement with the
+reference configuration at temperature 0, and accuracy on an lm-eval task; then stop
+it. Results (state.json, experiment.json, report.html) are written after every level; Ctrl-C stops the running server and writes what was measured, marked
 partial (exit 130); `--resume DIR` continues it.
 
 With --slo: for each configuration, the highest concurrency (--slo-by rate: request rate) at
@@ -22,7 +25,6 @@ prints first, then every probe. Without --concurrency it runs the search alone.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 import time
 from pathlib import Path
@@ -39,6 +41,7 @@ from workbench.experiment import (
     builtin_workload,
     configs_from_specs,
     format_levels,
+    format_quality,
     format_winners,
     load_dataset,
     load_experiment,
@@ -47,8 +50,10 @@ from workbench.experiment import (
     plan_lines,
     run_experiment,
 )
-from workbench.experiment.configs import ExperimentConfig
-from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE
+from workbench.experiment.configs import ExperimentConfig, vary_configs
+from workbench.experiment.quality import BUILTIN_TASK, QUALITY_MODES, QualitySettings
+from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE, default_output_dir
+from workbench.experiment.runner import occupancy_before
 from workbench.experiment.slo import SloSearch, parse_slos
 from workbench.experiment.slo_report import format_slo
 from workbench.recipes import Selection, load_catalog
@@ -89,6 +94,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", action="append", default=[], metavar="LABEL:SPEC[:FLAGS]",
                    help="a configuration: its label, its spec mode (off for none) and extra vllm serve flags; "
                    "repeatable, and added to those of --spec")
+    p.add_argument("--vary", action="append", default=[], metavar="LABEL=FLAGS",
+                   help="a configuration that differs only by extra vllm serve flags, e.g. "
+                   "'ssm16=--mamba-ssm-cache-dtype float16'; repeatable, one per --spec mode")
+    p.add_argument("--quality", choices=QUALITY_MODES, default="quick",
+                   help="after each sweep, check the answers on the same server: agreement with the reference at "
+                   "temperature 0 and accuracy on an lm-eval task (quick: a subset, about a minute per "
+                   "configuration on the CPU engine; full: every prompt and item; default quick)")
+    p.add_argument("--quality-task", default=BUILTIN_TASK, metavar="NAME",
+                   help=f"the lm-eval task for accuracy (default {BUILTIN_TASK}, shipped with the workbench; "
+                   "any task lm-eval has here, e.g. gsm8k, or a task YAML file)")
+    p.add_argument("--reference", metavar="LABEL", help="the configuration the others' answers are compared with "
+                   "(default: the first)")
     p.add_argument("--concurrency", type=_levels, metavar="1,4,16",
                    help="concurrency levels of the sweep (default 1,4,16; none with --slo unless given)")
     p.add_argument("--requests", type=at_least(1), help="measured requests per level "
@@ -166,7 +183,10 @@ def _base_selection(args: argparse.Namespace) -> Selection:
 def _configs(args: argparse.Namespace) -> list[ExperimentConfig]:
     catalog = load_catalog()
     base = _base_selection(args)
-    configs = configs_from_specs(args.spec, base, catalog) if args.spec else []
+    if args.vary:
+        configs = vary_configs(args.spec, args.vary, base, catalog)
+    else:
+        configs = configs_from_specs(args.spec, base, catalog) if args.spec else []
     for text in args.config:
         config = parse_config_text(text, base, catalog)
         if any(c.label == config.label for c in configs):
@@ -176,6 +196,9 @@ def _configs(args: argparse.Namespace) -> list[ExperimentConfig]:
         raise InputError("No configuration to compare.",
                          hint="Give --spec off,ngram (the recipe's spec modes) or --config LABEL:SPEC[:FLAGS], "
                          "or --attach URL for a server you started.")
+    if args.reference is not None and all(c.label != args.reference for c in configs):
+        raise InputError(f"--reference {args.reference!r} names no configuration.",
+                         hint="Give one of: " + ", ".join(c.label for c in configs) + ".", settings=("reference",))
     return configs
 
 
@@ -207,28 +230,36 @@ def experiment_command(args: argparse.Namespace) -> int:
             concurrency=args.concurrency or ([] if search else [1, 4, 16]), requests_per_level=args.requests,
             output_tokens=args.osl, warmup_requests=args.warmup, temperature=args.temperature,
             goodput=parse_goodput(args.goodput), startup_timeout_s=float(args.startup_timeout),
-            attach_url=args.attach, slo=None if search is None else search.to_dict())
+            attach_url=args.attach, slo=None if search is None else search.to_dict(),
+            quality=QualitySettings(args.quality, task=args.quality_task, reference=args.reference))
         if args.attach:
-            if args.spec or args.config:
-                raise InputError("--attach measures one server you started; --spec and --config launch servers.",
-                                 hint="Drop --spec/--config, or drop --attach.")
+            if args.spec or args.config or args.vary:
+                raise InputError("--attach measures one server you started; --spec, --config and --vary launch "
+                                 "servers.", hint="Drop --spec/--config/--vary, or drop --attach.")
+            if args.reference not in (None, args.label):
+                raise InputError(f"--reference {args.reference!r} names no configuration: --attach measures one, "
+                                 f"labelled {args.label!r}.", hint="Drop --reference.")
             configs = [ExperimentConfig(args.label, Selection())]
         else:
             configs = _configs(args)
         workload = load_dataset(args.dataset) if args.dataset else builtin_workload()
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = args.output_dir or Path("experiments") / stamp
+        out = args.output_dir or default_output_dir()
         if (out / SUMMARY_FILE).exists():
             raise InputError(f"{out} already holds an experiment.",
                              hint=f"Continue it with --resume {out}, or choose another --output-dir.")
         if out.is_dir() and any(out.iterdir()):
             raise InputError(f"--output-dir {out} is not empty.", hint="Give a new or empty folder for the results.")
-        check_output_dir(out)
         result = new_experiment(configs, settings, workload)
+    port = None if args.resume or args.server_port in (None, 8000) else args.server_port
+    # Before any folder is made or server started: a GPU already held refuses (the runner checks again).
+    occupancy = occupancy_before(result, catalog, port=port)
+    if occupancy is not None and occupancy.blocking:
+        raise occupancy.error()
+    if not args.resume:
+        check_output_dir(out)
     for line in plan_lines(result):
         print(line, file=sys.stderr)
     progress = None if args.quiet else _ProgressLine(sys.stderr)
-    port = None if args.resume or args.server_port in (None, 8000) else args.server_port
     try:
         result = run_experiment(result, out, catalog, progress=progress, port=port)
     finally:
@@ -241,6 +272,10 @@ def experiment_command(args: argparse.Namespace) -> int:
         print("\n" + format_levels(result) if slo else format_levels(result))
         print()
         print(format_winners(result))
+    quality = format_quality(result)
+    if quality:
+        print()
+        print(quality)
     for c in result.configs:
         if c.status == "failed" and c.diagnosis:
             print(f"\n{c.label}: FAILED to launch: {c.diagnosis.get('summary')}\n  {c.diagnosis.get('fix') or ''}")

@@ -46,7 +46,13 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "spec": "--spec",
     "variant": "--variant",
     "features": "--features",
+    "preset": "--preset",
     "resume": "--resume",
+    # experiment
+    "vary": "--vary",
+    "reference": "--reference",
+    "quality": "--quality",
+    "quality_task": "--quality-task",
     "download": "--download",
     # which server, and how it is launched
     "url": "--url",
@@ -56,8 +62,11 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "host": "--host",
     "server_port": "--server-port",
     "extra": "--extra",
+    "rehearsal": "--rehearsal",
+    "ignore_known_issues": "--ignore-known-issue",
     "model": "--model",
     "context_length": "--context-length",
+    "apply_fixes": "--apply-fix",
     # multi-node
     "nodes": "--nodes",
     "strategy": "--strategy",
@@ -65,6 +74,10 @@ FLAG_FOR_SETTING: dict[str, str] = {
     "head_address": "--head-address",
     "iface": "--iface",
     "worker_vllm": "--worker-vllm",
+    # Kubernetes manifests (render --format k8s|lws|helm)
+    "k8s_name": "--name",
+    "k8s_namespace": "--namespace",
+    "replicas": "--replicas",
     # the web apps
     "auth": "--auth",
     "room_code": "--room-code",
@@ -77,7 +90,8 @@ SECRET_FLAGS = ("--auth", "--api-key", "--presenter-auth", "--room-code")
 # Settings whose flag is spelled alike elsewhere with another meaning: only these commands.
 FLAG_IN_COMMANDS: dict[str, dict[str, str]] = {
     "app_port": {"ui": "--port", "workshop": "--port"},  # `serve --port` is the old spelling of --server-port
-    "config": {"plan": "--config"},  # the checkpoint's config.json; `experiment --config` is a configuration
+    # the checkpoint's config.json; `experiment --config` is a configuration
+    "config": {"plan": "--config", "render": "--config"},
 }
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 

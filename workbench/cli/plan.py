@@ -43,7 +43,8 @@ def register(subparsers: Any) -> None:
     add_selection_arguments(p)
     g = p.add_argument_group("planner")
     g.add_argument("--memory-gb", type=_positive(float), metavar="GiB",
-                   help="memory per GPU in GiB (default: the hardware profile's)")
+                   help="memory per GPU in GiB (default: the GPU's measured CUDA-visible total for h100 and "
+                   "h200, else the hardware profile's)")
     g.add_argument("--gpu-memory-utilization", type=_positive(float), metavar="FRACTION",
                    help="share of that memory vLLM may take (default: the command's, else 0.92)")
     g.add_argument("--max-num-seqs", type=_positive(int), metavar="N",
@@ -52,6 +53,8 @@ def register(subparsers: Any) -> None:
     g.add_argument("--overhead-gb", type=float, metavar="GiB",
                    help="memory vLLM holds back besides the weights, replacing the planner's estimate "
                    "(take it from a real start-up: requested - weights - 'Available KV cache memory')")
+    g.add_argument("--vllm-version", metavar="X.Y.Z",
+                   help="the vLLM release that serves it (default 0.32.0; the lent GPUs run 0.26.0)")
     g.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=plan_command)
 
@@ -65,6 +68,6 @@ def plan_command(args: argparse.Namespace) -> int:
     memory = plan_memory(plan, catalog, config_path=args.config, memory_gib=args.memory_gb,
                          gpu_memory_utilization=args.gpu_memory_utilization,
                          max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                         overhead_gib=args.overhead_gb)
+                         overhead_gib=args.overhead_gb, vllm_version=args.vllm_version)
     print(json.dumps(memory.to_dict(), indent=2) if args.format == "json" else memory.describe())
     return 0

@@ -12,7 +12,9 @@ import sys
 from typing import Any
 
 from workbench.cli.checks import DeprecatedSpelling, at_least, check_extra_quoting, port_number
+from workbench.cli.manifests import MANIFEST_FORMATS, add_manifest_arguments, manifest_command
 from workbench.server import hardware
+from workbench.server.machine import machine_facts
 from workbench.errors import SelectionError
 from workbench.recipes import DEFAULT_PORT, Catalog, LaunchPlan, Selection, load_catalog, render
 
@@ -53,17 +55,29 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, port: str | None
     g.add_argument("--iface", metavar="NAME",
                    help="multi-node: the interconnect's network interface, e.g. enp1s0f1np1 "
                    "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME; `ip -br addr` lists them)")
+    g.add_argument("--rehearsal", action="store_true",
+                   help="serve the recipe's command with its tiny local stand-in model (Nemotron: a random-weight "
+                   "Nemotron-H built here in seconds), swapping only the flags that need the real checkpoint or a "
+                   "kernel this machine lacks (each swap and its reason in the flag table)")
+    g.add_argument("--ignore-known-issue", action="append", default=[], dest="ignore_known_issues", metavar="ID",
+                   help="render a command even though the known problem ID makes its failure certain (may repeat)")
     g.add_argument("--extra", action="append", default=[], metavar='"FLAGS"',
                    help="extra vllm serve flags, last and winning (may repeat); split like shell words, so "
                    "JSON needs single quotes inside: --extra \"--speculative-config '{\\\"method\\\": ...}'\"; "
                    "a single flag needs the = form: --extra=--enforce-eager")
+    g.add_argument("--apply-fix", action="append", default=[], metavar="ID", dest="apply_fixes",
+                   help="apply the change of a known problem the command meets (its id, as `render` prints it; "
+                   "repeatable; `all` for every one with a mechanical change): the command's last layer")
 
 
 def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Selection:
     """Build a Selection; with neither --recipe, --preset nor --hardware, use the detected hardware."""
-    hw = args.hardware
+    hw, detected = args.hardware, None
     if hw is None and not args.recipe and not args.preset:
         hw = (detect or hardware.detect)()
+    elif hw is None and not args.preset:
+        detected = (detect or hardware.detect)()  # used when the recipe runs on this machine
+    rehearsal = bool(getattr(args, "rehearsal", False))
     if args.nodes is not None and args.nodes < 1:
         raise SelectionError(f"--nodes must be at least 1, got {args.nodes}")
     check_extra_quoting(args.extra or [])
@@ -82,6 +96,12 @@ def selection_from_args(args: argparse.Namespace, *, detect: Any = None) -> Sele
         preset=args.preset,
         head_address=args.head_address,
         iface=args.iface,
+        detected_hardware=detected,
+        rehearsal=rehearsal,
+        # What this machine's vLLM has decides a rehearsal's swaps (read once per vLLM version).
+        machine=machine_facts(progress=lambda line: print(line, file=sys.stderr)) if rehearsal else None,
+        ignore_known_issues=list(getattr(args, "ignore_known_issues", None) or []),
+        apply_fixes=list(getattr(args, "apply_fixes", None) or []),
     )
 
 
@@ -93,10 +113,12 @@ def register(subparsers: Any) -> None:
         "stdout; notes and fallbacks go to stderr.",
     )
     add_selection_arguments(p)
-    p.add_argument("--format", choices=("text", "docker", "json", "shell"), default="text",
-                   help="text: one flag per line; docker: docker run; json: the whole plan; shell: one line")
+    p.add_argument("--format", choices=("text", "docker", "json", "shell", *MANIFEST_FORMATS), default="text",
+                   help="text: one flag per line; docker: docker run; json: the whole plan; shell: one line; "
+                   "k8s: Deployment + Service + cache volume; lws: a LeaderWorkerSet; helm: production-stack values")
     p.add_argument("--list", action="store_true", help="list recipes, hardware, variants, strategies, "
                    "features, spec modes and presets")
+    add_manifest_arguments(p)
     p.set_defaults(func=render_command)
 
 
@@ -123,9 +145,14 @@ def _explain(plan: LaunchPlan, *, docker: bool = False) -> str:
         lines.append(f"fallback: {f.choice} {f.asked!r} -> {used}: {f.reason}")
     for n in plan.notes:
         lines.append(f"note: {n}")
+    for swap in plan.rehearsal_swaps:
+        lines.append(f"rehearsal: {swap.line()}")
+    for fix in plan.applied_fixes:
+        lines.append(f"applied: known problem {fix.id} ({fix.title}): {fix.describe()}")
     for issue in plan.known_issues:
+        offer = (f" One flag away: --apply-fix {issue.id} ({issue.fix_summary()})." if issue.fix else "")
         lines.append(f"known issue: {issue.title} [{issue.matched}]. {issue.change} "
-                     f"Sources: {' '.join(issue.sources)}")
+                     f"Sources: {' '.join(issue.sources)}{offer}")
     extras = [s for s in plan.install_steps[3:] if s.startswith("uv pip install")]
     if docker and plan.engine == "vllm":
         if extras:  # the host needs only docker; what the command imports must be in the image
@@ -176,7 +203,12 @@ def render_command(args: argparse.Namespace) -> int:
     if args.list:
         print(list_catalog(catalog, args.recipe))
         return 0
+    if args.check and args.format not in MANIFEST_FORMATS:
+        raise SelectionError("--check validates Kubernetes manifests; the command formats have nothing to check.",
+                             hint=f"Add --format with one of {', '.join(MANIFEST_FORMATS)}.")
     plan = render(selection_from_args(args), catalog)
+    if args.format in MANIFEST_FORMATS:  # notes, fallbacks and known issues are the YAML's comments
+        return manifest_command(args, plan, catalog)
     print(format_plan(plan, args.format))
     if args.format != "json":
         text = _explain(plan, docker=args.format == "docker")

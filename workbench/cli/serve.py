@@ -100,11 +100,17 @@ def serve_command(args: argparse.Namespace) -> int:
 
     catalog = load_catalog()
     plan = render(selection_from_args(args), catalog)
-    engine_note = catalog.recipe(plan.recipe_id).engine_note
+    hw = catalog.hardware[plan.hardware]
+    engine_note = catalog.recipe(plan.recipe_id).engine_note_for(hw.id, hw.generation, hw.brand)
     if engine_note:
         print(f"This is {engine_note}.", flush=True)
     for fallback in plan.fallbacks:
         print(f"note: {fallback.choice} {fallback.asked!r} -> {fallback.used!r}: {fallback.reason}", file=sys.stderr)
+    if plan.rehearsal:
+        print(f"Rehearsal: {plan.model_id}'s command, served with the local stand-in {plan.local_build} "
+              f"({len(plan.rehearsal_swaps)} flag(s) swapped):", flush=True)
+        for swap in plan.rehearsal_swaps:
+            print(f"  {swap.line()}", flush=True)
     if args.host and args.mode != "docker":
         check_listen_address(args.host, plan.port)  # before building or starting anything
     exit_on_signals()  # SIGTERM/SIGHUP: SystemExit, so the atexit handler stops the server

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,8 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _print(message: str) -> None:
+def print_progress(message: str) -> None:
+    """The builds' default progress: each step on its own line, at once."""
     print(message, flush=True)
 
 
@@ -118,7 +119,7 @@ def _import_transformers() -> tuple[Any, Any]:
 
 
 def build_demo_model(
-    dest: Path | None = None, *, force: bool = False, progress: Progress = _print
+    dest: Path | None = None, *, force: bool = False, progress: Progress = print_progress
 ) -> BuiltModel:
     """Build SmolLM2-135M-Instruct from the packaged GGUF, once, and check it."""
     started = time.monotonic()
@@ -275,20 +276,25 @@ def build_tiny_random_model(
     *,
     architecture: str = "llama",
     description: str = "random weights, SmolLM2 tokenizer",
+    config: Mapping[str, Any] | None = None,
+    dtype: str = "float32",
     dest: Path | None = None,
     force: bool = False,
-    progress: Progress = _print,
+    progress: Progress = print_progress,
 ) -> BuiltModel:
-    """Build a two-layer random-weight model with SmolLM2's tokenizer plus the forcing
-    special tokens, once, into the cache folder (about 10 s). `architecture` is "llama"
-    (LlamaForCausalLM) or "qwen3" (Qwen3ForCausalLM): the class vLLM loads it as."""
+    """Build a random-weight model with SmolLM2's tokenizer plus the forcing special tokens,
+    once, into the cache folder (about 10 s). `architecture` is "llama" (LlamaForCausalLM),
+    "qwen3" (Qwen3ForCausalLM) or "nemotron_h" (NemotronHForCausalLM): the class vLLM loads
+    it as. `config` replaces the two-layer default shape; `dtype` is the weights' dtype."""
     if architecture not in _TINY_ARCHITECTURES:
         raise LaunchError(f"No tiny {architecture!r} model can be built.",
                              hint=f"Use one of: {', '.join(_TINY_ARCHITECTURES)}.")
     started = time.monotonic()
     dest = Path(dest) if dest else cache_dir() / name
     marker = _read_marker(dest)
-    if not force and marker and marker.get("build_version") == BUILD_VERSION and marker.get("model_id") == name:
+    shape = dict(config) if config is not None else dict(_TINY_SHAPE)
+    if (not force and marker and marker.get("build_version") == BUILD_VERSION and marker.get("model_id") == name
+            and marker.get("shape", shape) == shape and marker.get("dtype", dtype) == dtype):
         return BuiltModel(name, dest, name, False, 0.0)
 
     torch, transformers = _import_transformers()
@@ -301,28 +307,24 @@ def build_tiny_random_model(
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tokenizer.add_special_tokens({"additional_special_tokens": list(FORCING_SPECIAL_TOKENS)})
     tokenizer.chat_template = chat_template
-    config = config_class(
+    hf_config = config_class(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
+        **shape,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        torch_dtype="float32",
+        torch_dtype=dtype,
     )
     torch.manual_seed(0)
-    model = model_class(config)
+    model = model_class(hf_config).to(getattr(torch, dtype))
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / MARKER).write_text(json.dumps({
         "build_version": BUILD_VERSION,
         "model_id": name,
         "architecture": model_class.__name__,
+        "shape": shape,
+        "dtype": dtype,
+        "parameters": sum(p.numel() for p in model.parameters()),
         "special_token_ids": {t: tokenizer.convert_tokens_to_ids(t) for t in FORCING_SPECIAL_TOKENS},
     }, indent=2))
     shutil.rmtree(dest, ignore_errors=True)
@@ -336,11 +338,23 @@ def build_tiny_random_model(
 _TINY_ARCHITECTURES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM"),
+}
+# The two-layer shape of the forcing models.
+_TINY_SHAPE: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,  # vLLM's CPU attention needs head_dim >= 32
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": True,
 }
 
 
 def build_forcing_model(
-    dest: Path | None = None, *, force: bool = False, progress: Progress = _print
+    dest: Path | None = None, *, force: bool = False, progress: Progress = print_progress
 ) -> BuiltModel:
     """Build the tiny random-weight model whose reasoning and tool calls are forced."""
     return build_tiny_random_model(FORCING_MODEL_NAME, FORCING_CHAT_TEMPLATE, dest=dest, force=force,

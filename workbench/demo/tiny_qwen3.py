@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.demo.models import BuiltModel, Progress, build_tiny_random_model
+from workbench.demo.models import BuiltModel, Progress, build_tiny_random_model, print_progress
 
 __all__ = ["TINY_QWEN3_NAME", "TINY_QWEN3_SERVER_FLAGS", "TINY_QWEN3_TEMPLATE", "build_tiny_qwen3"]
 
@@ -87,7 +87,6 @@ For each function call, return a json object with function name and arguments wi
 
 def build_tiny_qwen3(dest: Path | None = None, *, force: bool = False, progress: Progress | None = None) -> BuiltModel:
     """Build the tiny Qwen3ForCausalLM once into the cache folder (about 10 s)."""
-    extra = {"progress": progress} if progress else {}
     return build_tiny_random_model(TINY_QWEN3_NAME, TINY_QWEN3_TEMPLATE, architecture="qwen3",
                                    description="random weights, SmolLM2 tokenizer + Qwen3's tags",
-                                   dest=dest, force=force, **extra)
+                                   dest=dest, force=force, progress=progress or print_progress)

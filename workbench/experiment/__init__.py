@@ -3,7 +3,12 @@
     configs.py    a configuration: a label and a recipe Selection; `--spec off,ngram` short form
     workloads.py  the built-in prompt set (categories) and --dataset FILE.jsonl
     runner.py     for each configuration: launch (or attach), warm up, sweep, stop; progress, Ctrl-C, resume
+    occupancy.py  before it starts: a server already running, the port taken, (GPU) memory in use
     analysis.py   each level's figures, the winners per concurrency, where spec decoding stops paying
+    quality.py    quality beside speed: agreement with a reference, accuracy (lm-eval), the verdict
+    quality_run.py  the quality pass on a configuration's server (lm_eval_worker.py runs lm-eval)
+    quality_report.py  quality in the report, the terminal and the winners table
+    quality_tasks/  the built-in lm-eval task, workbench_basics
     results.py    ExperimentResult: state.json, experiment.json, report.html after every level
     report.py     the self-contained HTML report, and the terminal tables
     slo.py        the SLO search: per configuration, how many users (or req/s) within the objectives
@@ -15,8 +20,15 @@
 """
 
 from workbench.experiment.analysis import Crossover, LevelFigures, Winner, crossovers, level_figures, winners
-from workbench.experiment.configs import ExperimentConfig, configs_from_specs, parse_config_text, render_config
-from workbench.experiment.report import format_levels, format_winners, report_html
+from workbench.experiment.configs import (
+    ExperimentConfig,
+    configs_from_specs,
+    parse_config_text,
+    render_config,
+    vary_configs,
+)
+from workbench.experiment.quality import QualityRow, QualitySettings
+from workbench.experiment.report import format_levels, format_quality, format_winners, report_html
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings, load_experiment
 from workbench.experiment.runner import ExperimentProgress, new_experiment, plan_lines, run_experiment
 from workbench.experiment.slo import Capacity, Probe, SloAnswer, SloSearch, parse_slos
@@ -33,6 +45,8 @@ __all__ = [
     "ExperimentSettings",
     "LevelFigures",
     "Probe",
+    "QualityRow",
+    "QualitySettings",
     "SloAnswer",
     "SloSearch",
     "Winner",
@@ -42,6 +56,7 @@ __all__ = [
     "configs_from_specs",
     "crossovers",
     "format_levels",
+    "format_quality",
     "format_slo",
     "format_winners",
     "level_figures",
@@ -55,5 +70,6 @@ __all__ = [
     "report_html",
     "run_experiment",
     "slo_html",
+    "vary_configs",
     "winners",
 ]

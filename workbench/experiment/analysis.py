@@ -13,6 +13,7 @@ server's /metrics counter deltas over the same level. Both are token-weighted
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult
 from workbench.bench.summary import Distribution
 
-__all__ = ["AGREEMENT_TOLERANCE", "WINNER_METRICS", "Crossover", "LevelFigures", "Winner", "crossovers",
+__all__ = ["AGREEMENT_TOLERANCE", "WINNER_METRICS", "Crossover", "CrossoverVerdict", "LevelFigures", "Winner", "crossovers",
            "level_figures", "winners"]
 
 # Acceptance from the responses and from /metrics must agree this closely (relative).
@@ -185,6 +186,16 @@ def winners(figures: Sequence[LevelFigures]) -> list[Winner]:
     return out
 
 
+class CrossoverVerdict(str, enum.Enum):
+    """How a speculative configuration fared against the baseline over the levels measured."""
+
+    AHEAD = "ahead"  # ahead at every level
+    STOPS_PAYING = "stops_paying"  # ahead at the lowest level, behind from some level on
+    NEVER_PAYS = "never_pays"  # behind at every level
+    PAYS_LATER = "pays_later"  # behind at the lowest level, ahead at a higher one
+    NOT_MEASURED = "not_measured"
+
+
 @dataclass
 class Crossover:
     """A speculative configuration against the baseline, level by level."""
@@ -196,10 +207,32 @@ class Crossover:
     stops_paying_at: int | None  # the first concurrency where its per-user decode falls behind
 
     @property
+    def verdict(self) -> CrossoverVerdict:
+        """How the lead went over the levels measured (per-user decode against the baseline)."""
+        if not self.speedups:
+            return CrossoverVerdict.NOT_MEASURED
+        ahead = [r >= 1.0 for _, r in self.speedups]
+        if all(ahead):
+            return CrossoverVerdict.AHEAD
+        if not any(ahead):
+            return CrossoverVerdict.NEVER_PAYS
+        return CrossoverVerdict.STOPS_PAYING if ahead[0] else CrossoverVerdict.PAYS_LATER
+
+    @property
     def summary(self) -> str:
         if not self.speedups:
             return f"{self.label}: no level measured beside {self.baseline}."
         lead = ", ".join(f"{r:.2f}x at {c}" for c, r in self.speedups)
+        levels = f"concurrency {self.speedups[0][0]}" + (
+            f" to {self.speedups[-1][0]}" if len(self.speedups) > 1 else "")
+        verdict = self.verdict
+        if verdict is CrossoverVerdict.NEVER_PAYS:
+            return (f"{self.label} never pays at the levels measured ({levels}): per-user decode against "
+                    f"{self.baseline} {lead}.")
+        if verdict is CrossoverVerdict.PAYS_LATER:
+            ahead_from = next(c for c, r in self.speedups if r >= 1.0)
+            return (f"{self.label} is behind {self.baseline} at concurrency {self.speedups[0][0]} and ahead from "
+                    f"concurrency {ahead_from}: per-user decode {lead}.")
         if self.stops_paying_at is not None:
             return (f"{self.label} stops paying at concurrency {self.stops_paying_at}: per-user decode against "
                     f"{self.baseline} {lead}.")
@@ -212,7 +245,7 @@ class Crossover:
         return f"{head}; its lead shrinks from {first:.2f}x at concurrency {c0} to {least:.2f}x at {cmin}{again}."
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "summary": self.summary}
+        return {**asdict(self), "verdict": self.verdict.value, "summary": self.summary}
 
 
 def crossovers(figures: Sequence[LevelFigures], speculative: Sequence[str], baseline: str | None) -> list[Crossover]:

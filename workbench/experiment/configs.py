@@ -2,6 +2,8 @@
 
     configs_from_specs("off,ngram", Selection(hardware="cpu"), catalog)   # the short form
     parse_config_text("ngram8:ngram:--max-num-seqs 8", base, catalog)    # LABEL:SPEC[:EXTRA FLAGS]
+    vary_configs("mtp", ["ssm32=--mamba-ssm-cache-dtype float32",         # the same configuration but for
+                         "ssm16=--mamba-ssm-cache-dtype float16"], base, catalog)  # its flags (x each spec mode)
 
 A configuration is checked by rendering it: a spec mode the recipe lacks is refused
 with the valid list, and so is one the recipe has but cannot use here (it would
@@ -18,7 +20,7 @@ from typing import Any
 from workbench.errors import InputError, SelectionError
 from workbench.recipes import Catalog, LaunchPlan, Selection, render
 
-__all__ = ["OFF", "ExperimentConfig", "configs_from_specs", "parse_config_text", "render_config"]
+__all__ = ["OFF", "ExperimentConfig", "configs_from_specs", "parse_config_text", "render_config", "vary_configs"]
 
 # Words that mean "no speculative decoding" in --spec.
 OFF = "off"
@@ -41,9 +43,7 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
-        names = {f.name for f in dataclasses.fields(Selection)}
-        selection = Selection(**{k: v for k, v in (data.get("selection") or {}).items() if k in names})
-        return cls(label=str(data["label"]), selection=selection)
+        return cls(label=str(data["label"]), selection=Selection.from_dict(data.get("selection") or {}))
 
 
 def _spec_modes(base: Selection, catalog: Catalog) -> list[str]:
@@ -119,3 +119,33 @@ def parse_config_text(text: str, base: Selection, catalog: Catalog) -> Experimen
     config = ExperimentConfig(label, selection)
     render_config(config, catalog)
     return config
+
+
+def _variant(text: str) -> tuple[str, str]:
+    label, sep, flags = text.partition("=")
+    if not sep or not label.strip() or not flags.strip():
+        raise InputError(f"The variant {text!r} is not LABEL=FLAGS.",
+                         hint="Write a label, an equals sign and the extra vllm serve flags, e.g. "
+                         "ssm16=--mamba-ssm-cache-dtype float16.", settings=("vary",))
+    return label.strip(), flags.strip()
+
+
+def vary_configs(specs: str | Sequence[str] | None, variants: Sequence[str], base: Selection,
+                 catalog: Catalog) -> list[ExperimentConfig]:
+    """Configurations that differ only by extra flags: one per `LABEL=FLAGS` in `variants`, each
+    the base selection plus FLAGS, for each spec mode in `specs` (none: no speculative decoding).
+    Labelled LABEL, or MODE+LABEL when several spec modes are given."""
+    modes = configs_from_specs(specs, base, catalog) if specs else [ExperimentConfig(OFF, _with_spec(base, None))]
+    parsed = [_variant(v) for v in variants]
+    labels = [label for label, _ in parsed]
+    if len(set(labels)) != len(labels):
+        raise InputError(f"The variants name a label twice: {', '.join(labels)}.",
+                         hint="Give each variant its own label.", settings=("vary",))
+    configs = []
+    for mode in modes:
+        for label, flags in parsed:
+            selection = dataclasses.replace(mode.selection, extra=[*mode.selection.extra, flags])
+            config = ExperimentConfig(label if len(modes) == 1 else f"{mode.label}+{label}", selection)
+            render_config(config, catalog)
+            configs.append(config)
+    return configs

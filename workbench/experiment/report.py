@@ -1,26 +1,29 @@
 """The experiment's one report: a self-contained HTML page (pictures inline as SVG, no network).
 
 It says: the machine and vLLM version, each configuration's exact command and known
-issues (or why it failed), each level's figures, the winners per concurrency, where
-speculative decoding stops paying, the trade-off curve, acceptance per category and
-per draft position, and carries the raw records as JSON. `format_levels` and
-`format_winners` are the same tables as text for the terminal.
+issues (or why it failed), each level's figures, the winners per concurrency (and, with a
+quality pass, the fastest with no loss of quality), each configuration's quality beside its
+speed (quality_report.py), where speculative decoding stops paying, the trade-off curve,
+acceptance per category and per draft position, and carries the raw records as JSON.
+`format_levels`, `format_winners` and `format_quality` are the same tables as text for the terminal.
 """
 
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from workbench.experiment.analysis import WINNER_METRICS, LevelFigures, Winner
 from workbench.experiment.charts import bars_svg, lines_svg
+from workbench.experiment.quality_report import LOSS_MARK, format_quality, quality_html, quality_sentences, winner_quality
 from workbench.experiment.slo_report import slo_html
 
 if TYPE_CHECKING:
     from workbench.experiment.results import ExperimentResult
 
-__all__ = ["format_levels", "format_winners", "report_html"]
+__all__ = ["format_levels", "format_quality", "format_winners", "report_html"]
 
 
 def _f(value: float | None, digits: int = 1) -> str:
@@ -43,13 +46,20 @@ def _level_row(f: LevelFigures) -> list[str]:
             _pct(f.acceptance_rate), _pct(f.acceptance_rate_metrics), _f(length, 2)]
 
 
-def _winner_row(w: Winner) -> list[str]:
+def _winner_row(w: Winner, lost: Collection[str] = ()) -> list[str]:
     title = WINNER_METRICS[w.metric][0]
     lead = "-" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}"
-    return [str(w.concurrency), title, w.label, _f(w.value, 2), lead]
+    return [str(w.concurrency), title, w.label + (LOSS_MARK if w.label in lost else ""), _f(w.value, 2), lead]
 
 
 WINNER_COLUMNS = ("concurrency", "figure", "winner", "value", "lead")
+
+
+def _winners_table(result: ExperimentResult) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The winners, a winner that lost quality flagged, and beside each the fastest that kept it."""
+    ws = result.winners()
+    extra_header, extra, lost = winner_quality(result, ws)
+    return WINNER_COLUMNS + extra_header, [_winner_row(w, lost) + cells for w, cells in zip(ws, extra)]
 
 
 def _text_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
@@ -65,7 +75,7 @@ def format_levels(result: ExperimentResult) -> str:
 
 
 def format_winners(result: ExperimentResult) -> str:
-    table = _text_table(WINNER_COLUMNS, [_winner_row(w) for w in result.winners()])
+    table = _text_table(*_winners_table(result))
     notes = [x.summary for x in result.crossovers()]
     return table + ("\n" + "\n".join(notes) if notes else "")
 
@@ -198,6 +208,7 @@ def report_html(result: ExperimentResult) -> str:
     per_user = [w for w in result.winners() if w.metric == "decode_per_user_tps"]
     answer += "".join(f"<li>Concurrency {w.concurrency}: {html.escape(w.label)} wins on per-user decode "
                       f"({_f(w.value)} tok/s{'' if w.lead is None else f', {w.lead:.2f}x'})</li>" for w in per_user)
+    answer += "".join(f"<li>{html.escape(sentence)}</li>" for sentence in quality_sentences(result))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Experiment report</title>
 <style>{_STYLE}</style></head><body>
 <h1>Which configuration wins at which concurrency</h1>
@@ -210,7 +221,8 @@ prompt sets its own), temperature {s.temperature:g}, concurrency {levels_text},
 same order.{'' if not s.goodput else ' Goodput SLOs: ' + html.escape(json.dumps(s.goodput)) + '.'}</p>
 {slo_html(result)}
 <div class="answer"><b>The answer</b><ul>{answer or _no_answer(result)}</ul></div>
-<h2>Winners per concurrency</h2>{_table(WINNER_COLUMNS, [_winner_row(w) for w in result.winners()])}
+<h2>Winners per concurrency</h2>{_table(*_winners_table(result))}
+<h2>Quality beside speed</h2>{quality_html(result)}
 <h2>Each level's figures</h2>{_table(LEVEL_COLUMNS, [_level_row(f) for f in figures])}
 <h2>Curves</h2>{_curves(figures)}
 <h2>Speculative decoding acceptance</h2>{_acceptance_section(figures)}

@@ -6,7 +6,10 @@ Files in the experiment's folder:
     experiment.json   per configuration `label`, `status` and its `levels` (`concurrency`,
                       `decode_per_user_tps`, `output_tps`, `ttft_ms_mean`, and for a speculative
                       one `acceptance_rate` from the responses and `acceptance_rate_metrics` from
-                      the /metrics deltas), plus the winners and crossovers; with an SLO
+                      the /metrics deltas), and with a quality pass its `quality` (QualityRow:
+                      `agreement` with the reference: `identical_share`, `mean_common_prefix`,
+                      `unit`; `accuracy`: `task`, `accuracy`, `interval_95`, `n`; `verdict`);
+                      plus the winners, the `no_loss_winners` and crossovers; with an SLO
                       search, `slo`: the answer first (each configuration's capacity, the
                       winner and its lead), then every probe (workbench.experiment.slo)
     report.html       one self-contained page (workbench.experiment.report)
@@ -14,6 +17,7 @@ Files in the experiment's folder:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from dataclasses import dataclass, field
@@ -31,15 +35,23 @@ from workbench.experiment.analysis import (
     winners,
 )
 from workbench.experiment.configs import ExperimentConfig
+from workbench.experiment.quality import ConfigQuality, QualityRow, QualitySettings, no_loss_winners, quality_rows
 from workbench.experiment.slo import Probe, SloAnswer, SloSearch, capacity_of, compare
 from workbench.experiment.workloads import Workload
 
-__all__ = ["STATE_FILE", "SUMMARY_FILE", "ConfigResult", "ConfigStatus", "ExperimentResult", "ExperimentSettings",
-           "load_experiment"]
+__all__ = ["EXPERIMENTS_DIR", "STATE_FILE", "SUMMARY_FILE", "ConfigResult", "ConfigStatus", "ExperimentResult",
+           "ExperimentSettings", "default_output_dir", "load_experiment"]
 
 STATE_FILE = "state.json"
 SUMMARY_FILE = "experiment.json"
 REPORT_FILE = "report.html"
+# Results go under this folder (of the folder the workbench runs in) unless told: kept, not temporary.
+EXPERIMENTS_DIR = "experiments"
+
+
+def default_output_dir(root: Path | str | None = None) -> Path:
+    """A new experiment's folder: `<root>/<date-time>`, root `experiments` unless given."""
+    return Path(root or EXPERIMENTS_DIR) / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 ConfigStatus = Literal["pending", "running", "done", "failed", "partial"]
 
 
@@ -53,6 +65,7 @@ class ExperimentSettings:
     goodput: dict[str, float] | None = None
     startup_timeout_s: float = 900.0
     attach_url: str | None = None
+    quality: QualitySettings = field(default_factory=QualitySettings)  # off unless asked (the CLI asks quick)
     slo: dict[str, Any] | None = None  # an SLO search after the levels: SloSearch.to_dict()
 
     def search(self) -> SloSearch | None:
@@ -64,11 +77,13 @@ class ExperimentSettings:
         return max(prompts, 2 * concurrency)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "quality": self.quality.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExperimentSettings:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["quality"] = QualitySettings.from_dict(data.get("quality") or {})
+        return cls(**values)
 
 
 @dataclass
@@ -82,6 +97,7 @@ class ConfigResult:
     server: dict[str, Any] = field(default_factory=dict)  # base_url, vllm_version, time_to_ready_s
     note: str | None = None  # partial: why
     probes: list[Probe] = field(default_factory=list)  # the SLO search's, in the order run
+    quality: ConfigQuality | None = None  # the quality pass on the same server, after the sweep
 
     @property
     def label(self) -> str:
@@ -103,7 +119,8 @@ class ConfigResult:
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "status": self.status, "command": self.command, "plan": self.plan,
                 "diagnosis": self.diagnosis, "levels": [r.to_dict() for r in self.levels], "server": self.server,
-                "note": self.note, "probes": [p.to_dict() for p in self.probes]}
+                "note": self.note, "probes": [p.to_dict() for p in self.probes],
+                "quality": None if self.quality is None else self.quality.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ConfigResult:
@@ -111,7 +128,8 @@ class ConfigResult:
                    command=data.get("command"), plan=data.get("plan"), diagnosis=data.get("diagnosis"),
                    levels=[BenchResult.from_dict(r) for r in data.get("levels") or []],
                    server=data.get("server") or {}, note=data.get("note"),
-                   probes=[Probe.from_dict(p) for p in data.get("probes") or []])
+                   probes=[Probe.from_dict(p) for p in data.get("probes") or []],
+                   quality=None if data.get("quality") is None else ConfigQuality.from_dict(data["quality"]))
 
 
 @dataclass
@@ -132,6 +150,14 @@ class ExperimentResult:
 
     def winners(self) -> list[Winner]:
         return winners(self.figures())
+
+    def quality_rows(self) -> list[QualityRow]:
+        """Each checked configuration's agreement and accuracy, judged against the reference."""
+        return quality_rows([(c.label, c.quality) for c in self.configs], self.settings.quality.reference)
+
+    def no_loss_winners(self) -> list[Winner]:
+        """The winners among the configurations that kept quality; empty without an accuracy to judge by."""
+        return no_loss_winners(self.figures(), self.quality_rows())
 
     def crossovers(self) -> list[Crossover]:
         return crossovers(self.figures(), [c.label for c in self.configs if c.speculative and c.levels],
@@ -160,6 +186,7 @@ class ExperimentResult:
     def summary(self) -> dict[str, Any]:
         """experiment.json: the fields the issue names, then the answer."""
         configs = []
+        rows = {r.label: r for r in self.quality_rows()}
         for c in self.configs:
             levels = []
             for f in c.figures():
@@ -176,6 +203,8 @@ class ExperimentResult:
             entry: dict[str, Any] = {"label": c.label, "status": c.status, "levels": levels}
             if c.diagnosis:
                 entry["diagnosis"] = c.diagnosis
+            if c.label in rows:
+                entry["quality"] = rows[c.label].to_dict()
             configs.append(entry)
         out: dict[str, Any] = {"status": self.status, "partial": self.partial}
         answer = self.slo_answer()
@@ -183,6 +212,7 @@ class ExperimentResult:
             out["slo"] = {**answer.to_dict(), "search": self.settings.slo,
                           "probes": {c.label: [p.to_dict(records=False) for p in c.probes] for c in self.configs}}
         return {**out, "configs": configs, "winners": [w.to_dict() for w in self.winners()],
+                "no_loss_winners": [w.to_dict() for w in self.no_loss_winners()],
                 "crossovers": [x.to_dict() for x in self.crossovers()]}
 
     def save(self, directory: Path | str, report: str) -> dict[str, Path]:

@@ -5,7 +5,13 @@ port (or use the server at --attach URL), wait until ready, then at each concurr
 level run the same workload through `workbench.bench.run_benchmark` (a warm-up, the
 /metrics counters read before and after the measured requests), then the SLO search's
 probes if one was asked for (workbench.experiment.slo decides each level), write the
-results, and stop the server before the next configuration.
+results, and stop the server before the next configuration. With a quality pass
+(ExperimentSettings.quality), the same server then answers the agreement prompts and
+lm-eval's task before it is stopped (quality_run.py).
+
+Before anything starts, what already holds the machine is looked for (occupancy.py): on a
+GPU a running server or GPU memory in use refuses the experiment (LaunchError, with the
+ways on); on the CPU engine the servers start beside a running one, said in the log.
 
 Nothing is lost: a configuration that fails to launch is recorded as failed with its
 diagnosis and the experiment goes on; results are written after every level; Ctrl-C
@@ -32,6 +38,8 @@ from workbench.bench import BenchConfig, BenchProgress, run_benchmark
 from workbench.bench.results import BenchResult
 from workbench.errors import LaunchError, WarmupEndedError, WorkbenchError
 from workbench.experiment.configs import ExperimentConfig, render_config
+from workbench.experiment.occupancy import Occupancy, check_occupancy
+from workbench.experiment.quality_run import QualityProgress, guess_seconds, measure_quality
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings
 from workbench.experiment.report import report_html
 from workbench.experiment.slo import SloSearch, Step, next_step, probes_left, run_search
@@ -43,15 +51,40 @@ from workbench.server.command import PlanLike
 from workbench.server.hardware import detect_hardware
 from workbench.server.page_flags import vllm_flag_table
 
-__all__ = ["PER_REQUEST_SPEC_FLAG", "ExperimentProgress", "estimate_seconds", "machine_facts", "new_experiment",
-           "plan_lines", "run_experiment"]
+__all__ = ["PACES", "PER_REQUEST_SPEC_FLAG", "ExperimentProgress", "Pace", "estimate_seconds", "guess_pace",
+           "machine_facts", "new_experiment", "occupancy_before", "plan_lines", "run_experiment"]
 
 log = logging.getLogger("workbench.experiment")
 
 PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
-# Guesses for the plan's estimate before anything is measured; replaced by measured figures as levels finish.
-_GUESS_LAUNCH_S = 45.0
-_GUESS_DECODE_TPS = 25.0
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A guess for the plan's estimate before anything is measured (per-user decode at concurrency 1,
+    seconds to start a server), what it is based on; replaced by measured figures as levels finish."""
+
+    decode_tps: float
+    launch_s: float
+    basis: str
+
+
+# Measured with the SmolLM2 demo recipe: on this project's 2-core CI machine (vLLM's CPU build), and on an
+# H100 80GB with vLLM 0.26.0 (tests/fixtures/vllm-0.26.0-cuda-h100/: 52 tok/s eager, 693 with CUDA graphs;
+# ready in 50-60 s warm, 90-125 s with torch.compile and graph capture).
+PACES = {
+    "cpu": Pace(25.0, 45.0, "vLLM's CPU build, eager"),
+    "gpu_eager": Pace(50.0, 60.0, "a GPU, eager"),
+    "gpu_graphs": Pace(600.0, 100.0, "a GPU with CUDA graphs"),
+}
+
+
+def guess_pace(machine_hardware: str | None, config: ExperimentConfig) -> Pace:
+    """The pace to guess for `config` on this machine: the CPU's, or a GPU's (eager or with CUDA graphs)."""
+    if (machine_hardware or "cpu") == "cpu" or config.selection.hardware == "cpu":
+        return PACES["cpu"]
+    extra = " ".join(config.selection.extra)
+    return PACES["gpu_eager"] if "--enforce-eager" in extra.split() else PACES["gpu_graphs"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +95,7 @@ class ExperimentProgress:
     concurrency: int | None
     level_index: int  # 1-based; 0 while launching
     levels: int
-    phase: str  # launching, warmup, running, stopping, failed, done
+    phase: str  # launching, warmup, running, agreement, accuracy (the quality pass), stopping, failed, done
     done: int = 0
     total: int | None = None
     eta_s: float | None = None
@@ -137,19 +170,37 @@ def _search_seconds(result: ExperimentResult, c: ConfigResult, decode_tps: float
     return probes_left(search, c.probes) * per_probe
 
 
-def estimate_seconds(result: ExperimentResult, decode_tps: float = _GUESS_DECODE_TPS,
-                     launch_s: float = _GUESS_LAUNCH_S) -> float:
-    """Time left: each configuration's launch and its levels not yet done (a rough guess, said so)."""
+def _first_pace(result: ExperimentResult) -> Pace:
+    return guess_pace(result.machine.get("hardware"), result.configs[0].config) if result.configs else PACES["cpu"]
+
+
+def quality_seconds(result: ExperimentResult, decode_tps: float | None = None) -> float:
+    """A guess of one configuration's quality pass (0 when it is off)."""
+    s = result.settings
+    return guess_seconds(s.quality, len(result.workload.prompts), s.output_tokens,
+                         decode_tps or _first_pace(result).decode_tps)
+
+
+def estimate_seconds(result: ExperimentResult, decode_tps: float | None = None,
+                     launch_s: float | None = None, quality_s: float | None = None) -> float:
+    """Time left: each configuration's launch, its levels not yet done and its quality pass. Measured
+    figures where given (`decode_tps`, `launch_s`, `quality_s`: the last pass's time), else each
+    configuration's guessed pace on this machine."""
     total = 0.0
+    each_quality = quality_seconds(result, decode_tps) if quality_s is None else quality_s
     for c in result.configs:
         if c.status in ("done", "failed"):
             continue
+        if result.settings.quality.on and c.quality is None:
+            total += each_quality
         todo = [n for n in result.settings.concurrency if n not in c.done_levels()]
-        search_s = _search_seconds(result, c, decode_tps)
+        pace = guess_pace(result.machine.get("hardware"), c.config)
+        search_s = _search_seconds(result, c, decode_tps or pace.decode_tps)
         if not todo and not search_s:
             continue
-        total += 0.0 if result.settings.attach_url else launch_s
-        total += sum(_level_seconds(result.settings, result.workload, n, decode_tps) for n in todo) + search_s
+        total += 0.0 if result.settings.attach_url else (launch_s or pace.launch_s)
+        total += sum(_level_seconds(result.settings, result.workload, n, decode_tps or pace.decode_tps)
+                     for n in todo) + search_s
     return total
 
 
@@ -174,8 +225,20 @@ def plan_lines(result: ExperimentResult) -> list[str]:
         state = f" [{c.status}{', levels done: ' + ', '.join(map(str, done)) if done else ''}]" \
             if c.status != "pending" else ""
         lines.append(f"  {c.label}{state}")
-    lines.append(f"Estimate: about {_clock(estimate_seconds(result))} (a guess of {_GUESS_DECODE_TPS:g} tok/s per user "
-                 f"at concurrency 1 and {_GUESS_LAUNCH_S:g} s per launch; the ETA is refined as levels finish).")
+    q = s.quality
+    if q.on:
+        reference = q.reference or (result.configs[0].label if result.configs else "-")
+        items = q.items_limit()
+        lines.append(f"Quality ({q.mode}): after each sweep, agreement with {reference} on "
+                     f"{q.prompts_for(prompts)} prompt(s) x {q.tokens_for(s.output_tokens)} tokens at temperature 0, "
+                     f"one at a time; accuracy on {'every item' if items is None else f'{items} items'} of {q.task} "
+                     f"through lm-eval; about {_clock(quality_seconds(result))} per configuration (a guess).")
+    paces = sorted({guess_pace(result.machine.get("hardware"), c.config) for c in result.configs},
+                   key=lambda p: p.decode_tps)
+    guess = "; ".join(f"{p.decode_tps:g} tok/s per user at concurrency 1 and {p.launch_s:g} s per launch on "
+                      f"{p.basis}" for p in paces)
+    lines.append(f"Estimate: about {_clock(estimate_seconds(result))} (a guess of {guess}, measured with the "
+                 f"SmolLM2 demo model; the ETA is refined as levels finish).")
     return lines
 
 
@@ -214,13 +277,18 @@ class _Run:
         self.port = port
         self.measured_tps: float | None = None
         self.launch_s: float | None = None
+        self.quality_s: float | None = None  # the last quality pass's measured time
+        self.quality_started: float | None = None
         self.last_diagnosis: dict[str, Any] | None = None
 
     def emit(self, index: int, c: ConfigResult, phase: str, concurrency: int | None = None, level: int = 0,
              done: int = 0, total: int | None = None, message: str = "", probes: int | None = None) -> None:
         if self.progress is None:
             return
-        eta = estimate_seconds(self.result, self.measured_tps or _GUESS_DECODE_TPS, self.launch_s or _GUESS_LAUNCH_S)
+        eta = estimate_seconds(self.result, self.measured_tps, self.launch_s, self.quality_s)
+        if self.quality_started is not None:  # the running pass (its configuration's sweep is done): what is left
+            whole = self.quality_s if self.quality_s is not None else quality_seconds(self.result, self.measured_tps)
+            eta += max(0.0, whole - (time.monotonic() - self.quality_started))
         levels = len(self.result.settings.concurrency) if probes is None else probes
         self.progress(ExperimentProgress(c.label, index, len(self.result.configs), concurrency, level, levels, phase,
                                          done, total, eta, message, "level" if probes is None else "probe"))
@@ -290,9 +358,34 @@ class _Run:
         self.save()
         try:
             self.sweep(index, c, handle)
+            if settings.quality.on:
+                self.check_quality(index, c, handle)
         finally:
             self.emit(index, c, "stopping")
             handle.stop()
+
+    def check_quality(self, index: int, c: ConfigResult, handle: ServerProcess) -> None:
+        """The quality pass on the same server; its problems are recorded, never raised (the
+        speed figures are saved already). A stop during it ends the experiment, partial."""
+        settings = self.result.settings
+
+        def on_progress(p: QualityProgress) -> None:
+            self.emit(index, c, p.phase, done=p.done, total=p.total, message=p.message)
+
+        self.quality_started = time.monotonic()
+        try:
+            c.quality = measure_quality(handle.base_url, handle.model, self.result.workload.prompts, settings.quality,
+                                        settings.output_tokens, self.directory / "quality", c.label, on_progress,
+                                        self.should_stop)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted("interrupted (Ctrl-C) during the quality pass") from exc
+        finally:
+            self.quality_started = None
+        self.quality_s = c.quality.seconds
+        self.save()
+        if c.quality.status == "partial" and self.stopped():
+            c.status = "partial"
+            raise _Interrupted("stopped by the user during the quality pass")
 
     def sweep(self, index: int, c: ConfigResult, handle: ServerProcess) -> None:
         settings = self.result.settings
@@ -383,6 +476,25 @@ class _Run:
         return False
 
 
+def occupancy_before(result: ExperimentResult, catalog: Catalog, *, port: int | None = None,
+                     state_dir: Path | str | None = None) -> Occupancy | None:
+    """What holds the machine for the configurations still to run (None when attaching: nothing
+    is launched then). Configurations that do not render are left to the run, which records why."""
+    if result.settings.attach_url:
+        return None
+    plans = []
+    for c in result.configs:
+        if c.status in ("done", "failed"):
+            continue
+        try:
+            plans.append(render_config(c.config, catalog))
+        except WorkbenchError:
+            continue
+    if not plans:
+        return None
+    return check_occupancy(plans, catalog, port=port or plans[0].port, state_dir=state_dir)
+
+
 def run_experiment(result: ExperimentResult, directory: Path | str, catalog: Catalog, *,
                    progress: ProgressFn | None = None, should_stop: StopFn | None = None,
                    state_dir: Path | str | None = None, port: int | None = None) -> ExperimentResult:
@@ -390,7 +502,13 @@ def run_experiment(result: ExperimentResult, directory: Path | str, catalog: Cat
 
     Returns the result, also written to `directory` after every level; `status` is
     "partial" when Ctrl-C or `should_stop` ended it (the running server is stopped first).
+    Raises LaunchError before anything starts when a GPU experiment finds the GPU held.
     """
+    occupancy = occupancy_before(result, catalog, port=port, state_dir=state_dir)
+    if occupancy is not None and occupancy.blocking:
+        raise occupancy.error()
+    for line in occupancy.lines() if occupancy is not None else []:
+        log.warning("%s", line)
     run = _Run(result, Path(directory), catalog, progress, should_stop, state_dir, port)
     result.status, result.partial = "running", None
     run.save()

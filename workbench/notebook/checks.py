@@ -11,6 +11,6 @@ __all__ = ["checks_table"]
 
 
 def checks_table(checks: Sequence[EnvironmentCheck]) -> str:
-    marks = {"ok": "✅ ok", "missing": "❌ missing", "warning": "⚠️ check"}
+    marks = {"ok": "ok", "missing": "MISSING", "warning": "⚠ check"}
     return table(["check", "result", "found here", "what to do"],
                  [[c.name, marks[c.status], c.found, c.fix] for c in checks])

@@ -1,4 +1,5 @@
-"""ExperimentView: the plan, a progress bar (configuration, level, ETA), then the winners and curves."""
+"""ExperimentView: the plan, a progress bar (configuration, level or quality pass, ETA), then the
+winners, each configuration's quality beside its speed, and the curves."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import ipywidgets as W
 from workbench.experiment import ExperimentProgress, ExperimentResult, plan_lines, run_experiment
 from workbench.experiment.analysis import WINNER_METRICS
 from workbench.experiment.charts import lines_svg
+from workbench.experiment.quality_report import LOSS_MARK, QUALITY_COLUMNS, quality_sentences, winner_quality
 from workbench.experiment.slo_report import slo_html
 from workbench.notebook.html import esc, table
 from workbench.recipes import Catalog
@@ -27,9 +29,18 @@ def experiment_summary(result: ExperimentResult, report: Path | None = None) -> 
     out = [slo_html(result)]
     for x in result.crossovers():
         out.append(f"<b>{esc(x.summary)}</b><br>")
-    rows = [[str(w.concurrency), WINNER_METRICS[w.metric][0], w.label, _num(w.value, 2),
-             "—" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}"] for w in result.winners()]
-    out.append(table(["concurrency", "figure", "winner", "value", "lead"], rows))
+    ws = result.winners()
+    extra_header, extra, lost = winner_quality(result, ws)
+    rows = [[str(w.concurrency), WINNER_METRICS[w.metric][0], w.label + (LOSS_MARK if w.label in lost else ""),
+             _num(w.value, 2), "—" if w.lead is None else f"{w.lead:.2f}x over {w.runner_up}", *cells]
+            for w, cells in zip(ws, extra)]
+    out.append(table(["concurrency", "figure", "winner", "value", "lead", *extra_header], rows))
+    quality = result.quality_rows()
+    if quality:
+        out.append("<br><b>Quality beside speed</b>")
+        out.append(table(list(QUALITY_COLUMNS), [[r.label, r.agreement_text(), r.accuracy_text(), r.verdict.value]
+                                                  for r in quality]))
+        out.append("".join(f"{esc(sentence)}<br>" for sentence in quality_sentences(result)))
     levels = [[f.label, str(f.concurrency), _num(f.decode_per_user_tps), _num(f.output_tps), _num(f.ttft_ms_mean),
                "—" if f.acceptance_rate is None else f"{f.acceptance_rate:.1%}",
                "—" if f.acceptance_rate_metrics is None else f"{f.acceptance_rate_metrics:.1%}"]

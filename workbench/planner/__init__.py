@@ -8,14 +8,19 @@
     budget.py        memory for the KV cache: exact (VLLM_CPU_KVCACHE_SPACE) or estimated (GPU)
     recommend.py     concurrency against context, the recommended flags, the Mamba-blocks limit
     planning.py      plan_memory(plan): the above in order (the only I/O: reading config.json)
-    startup_log.py   what vLLM logged: "KV cache size: N tokens, Maximum concurrency ..."
+    startup_log.py   what vLLM logged: "KV cache size: N tokens, Maximum concurrency ...", memory lines
+    versions.py      where vLLM releases differ (0.26.0 on the lent GPUs, 0.32.0 on CPUs)
+    gpu_overhead.py  measured GPU figures: totals, CUDA context, cuBLAS, vLLM's non-torch and graphs
+    log_comparison.py  planner_vs_log: the planner against a start-up log, with % differences
 
 Rendering stays pure: the planner reads files after render, never inside it.
 """
 
 from workbench.planner.config import ModelConfigFile, read_model_config
+from workbench.planner.log_comparison import Figure, LogComparison, compare_with_log, planner_vs_log
 from workbench.planner.planning import MemoryPlan, plan_command_memory, plan_memory, plan_memory_from_config
-from workbench.planner.startup_log import StartupCapacity, startup_capacity
+from workbench.planner.startup_log import StartupCapacity, StartupMemory, startup_capacity, startup_memory
 
-__all__ = ["MemoryPlan", "ModelConfigFile", "StartupCapacity", "plan_command_memory", "plan_memory", "plan_memory_from_config",
-           "read_model_config", "startup_capacity"]
+__all__ = ["Figure", "LogComparison", "MemoryPlan", "ModelConfigFile", "StartupCapacity", "StartupMemory",
+           "compare_with_log", "plan_command_memory", "plan_memory", "plan_memory_from_config", "planner_vs_log",
+           "read_model_config", "startup_capacity", "startup_memory"]

@@ -1,6 +1,11 @@
 """Reading a checkpoint's config.json for the planner: a given path, else the local
 build the launcher serves, else the Hugging Face cache, else the Hub.
 
+Before anything is downloaded or built, figures stand in (planner/shipped.py): a
+local build's from what it is built from, a recipe model's shipped with the workbench
+(the nearest published architecture where the model's own is not public, said so).
+They are never cached here, so the real config.json wins as soon as it exists.
+
 Offline (HF_HUB_OFFLINE=1, or no route to the Hub) with nothing cached, it raises
 PlannerError saying which file it needs and how to get it. The safetensors index
 (`model.safetensors.index.json`) is read the same way when it is at hand; it is
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import PlannerError
+from workbench.planner.shipped import StandIn, before_build, shipped_architecture
 
 __all__ = ["CONFIG_FILE", "INDEX_FILE", "ModelConfigFile", "clear_cache", "read_model_config"]
 
@@ -33,6 +39,7 @@ class ModelConfigFile:
     data: dict[str, Any]
     source: str  # where it was read from, said to the user
     index_total_size: int | None = None  # bytes of weights per the safetensors index
+    note: str = ""  # said beside the plan: e.g. the figures are another model's (a stand-in)
 
 
 _cache: dict[tuple[str, str | None, str | None], ModelConfigFile] = {}
@@ -125,6 +132,10 @@ def _get_it_hint(model_id: str) -> str:
             "or copy the Hugging Face cache here.")
 
 
+def _stand_in(model_id: str, figures: StandIn) -> ModelConfigFile:
+    return ModelConfigFile(model_id, figures.data, figures.source, note=figures.note)
+
+
 def read_model_config(model_id: str, *, config_path: str | Path | None = None,
                       local_dir: str | Path | None = None) -> ModelConfigFile:
     """`model_id`'s config.json: from `config_path` (a file or its folder), `local_dir`
@@ -144,10 +155,14 @@ def read_model_config(model_id: str, *, config_path: str | Path | None = None,
                                 _index_total(folder / INDEX_FILE) if (folder / INDEX_FILE).is_file() else None)
     elif local_dir and (Path(local_dir) / CONFIG_FILE).is_file():
         found = _from_directory(model_id, Path(local_dir), f"the local build ({local_dir})")
+    elif local_dir and (planned := before_build(model_id, Path(local_dir))) is not None:
+        return _stand_in(model_id, planned)
     else:
         cached = _from_hub_cache(model_id)
         if cached is not None:
             found = cached
+        elif (shipped := shipped_architecture(model_id)) is not None:
+            return _stand_in(model_id, shipped)
         elif _offline():
             raise PlannerError(
                 f"The planner needs {model_id}'s config.json (layer counts, KV heads, Mamba state sizes); "

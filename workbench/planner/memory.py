@@ -1,4 +1,4 @@
-"""vLLM 0.32.0's KV-cache arithmetic, redone without a GPU (pure functions).
+"""vLLM's KV-cache arithmetic (0.32.0's source; 0.26.0's where it differs), redone without a GPU.
 
 The steps and where vLLM does them:
 
@@ -15,8 +15,12 @@ The steps and where vLLM does them:
    last one (v1/core/kv_cache_utils.py, _get_kv_cache_groups_uniform_page_size).
 5. One shared block pool: num_blocks = available // (group size x page).
 6. Per request at max_model_len: cdiv(len, block) blocks per attention group and
-   3+S (align mode) or 1+S (none) per Mamba group; concurrency = num_blocks / that,
+   2+S (align mode; 3+S from 0.32.0, which adds a prefill checkpoint block: see
+   planner/versions.py) or 1+S (none) per Mamba group; concurrency = num_blocks / that,
    "KV cache size" = int(concurrency x max_model_len) (get_kv_cache_capacity).
+
+Pure functions: pages, groups and the pool are the same on a CPU and a GPU; only the
+kernel block alignment and the default block size differ.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Literal
 
 from workbench.errors import PlannerError
 from workbench.planner.architecture import Architecture
+from workbench.planner.versions import VllmRelease, vllm_release
 
 __all__ = ["CacheLayout", "Capacity", "KV_DTYPE_BYTES", "STATE_DTYPE_BYTES", "capacity", "cache_layout",
            "kernel_alignment", "longest_context"]
@@ -112,9 +117,10 @@ def _state_bytes(dtype: str, what: str) -> int:
 
 def cache_layout(arch: Architecture, *, platform: str, kv_dtype: str, conv_dtype: str, ssm_dtype: str,
                  mamba_mode: MambaMode, num_speculative_tokens: int = 0, tensor_parallel_size: int = 1,
-                 block_size: int | None = None) -> CacheLayout:
-    """The cache layout vLLM 0.32.0 builds. `kv_dtype`, `conv_dtype`, `ssm_dtype` are resolved
-    (no `auto`): the caller applies vLLM's defaults."""
+                 block_size: int | None = None, release: VllmRelease | None = None) -> CacheLayout:
+    """The cache layout vLLM builds (`release`: 0.32.0 unless given). `kv_dtype`, `conv_dtype`,
+    `ssm_dtype` are resolved (no `auto`): the caller applies vLLM's defaults."""
+    release = release or vllm_release()
     if kv_dtype not in KV_DTYPE_BYTES:
         raise PlannerError(f"The planner does not model --kv-cache-dtype {kv_dtype}.",
                            hint="It models auto, bfloat16, float16 and the fp8 formats.")
@@ -136,8 +142,8 @@ def cache_layout(arch: Architecture, *, platform: str, kv_dtype: str, conv_dtype
         aligned = kernel_align * _cdiv(conv + ssm, kernel_align * attn_1tok)
         aligned = backend_align * _cdiv(aligned, backend_align)
         block = max(block, aligned)
-        # Mamba2 keeps a prefill checkpoint block in align mode (MambaMixer2.get_kv_cache_spec).
-        mamba_blocks = (3 if mamba_mode == "align" else 1) + num_speculative_tokens
+        # Align mode keeps two states (and, from 0.32.0, a prefill checkpoint block) per request.
+        mamba_blocks = (release.mamba_align_blocks if mamba_mode == "align" else 1) + num_speculative_tokens
     buckets = [n for n in (arch.attention_layers, arch.mamba_layers) if n]
     group_size = min(buckets)
     if max(buckets) < group_size * 1.5:

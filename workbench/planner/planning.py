@@ -16,7 +16,7 @@ from workbench.errors import PlannerError
 from workbench.planner.architecture import Architecture, architecture_from_config
 from workbench.planner.budget import KVBudget, kv_budget
 from workbench.planner.config import ModelConfigFile, read_model_config
-from workbench.planner.gpu_overhead import CUDA_CONTEXT_BYTES, MEASURED_ON
+from workbench.planner.gpu_overhead import CUDA_CONTEXT_BYTES, GPU_MEMORY, MEASURED_ON
 from workbench.planner.memory import CacheLayout, Capacity, cache_layout, capacity
 from workbench.planner.recommend import ContextRow, Recommendation, context_table, recommend
 from workbench.planner.settings import GIB, ServingSettings, resolve_settings
@@ -113,6 +113,7 @@ class MemoryPlan:
                f"model: {self.architecture.describe()}"]
         if self.weights:
             out.append(f"weights: {gib(self.weights.bytes)} ({self.weights.how})")
+        out.append(f"vLLM {s.vllm_version}: {s.vllm_version_basis}")
         out.append(f"KV per token: {lay.kv_bytes_per_token:,} B ({lay.attention_layers} attention layers x "
                    f"{lay.attention_bytes_per_token_per_layer:,} B, {s.kv_cache_dtype}: {s.kv_cache_dtype_why})")
         if lay.mamba_layers:
@@ -130,9 +131,14 @@ class MemoryPlan:
         else:
             out.append(f"KV cache memory: {gib(b.available_bytes)} = {gib(b.requested_bytes or 0)} requested "
                        f"- {gib(b.weight_bytes or 0)} weights - {gib(b.held_back_bytes)} held back "
-                       f"(activations {gib(b.activation_bytes)}, non-torch {gib(b.non_torch_bytes)}"
+                       f"(activations {gib(b.activation_bytes)}"
+                       + (f" [{b.activation_why}]" if b.activation_why else "")
+                       + f", non-torch {gib(b.non_torch_bytes)}"
                        + (f" [{b.non_torch_why}]" if b.non_torch_why else "")
-                       + f", CUDA graphs {gib(b.cuda_graph_bytes)}) [{b.how}]")
+                       + f", CUDA graphs {gib(b.cuda_graph_bytes)}"
+                       + (f" [{b.cuda_graphs} graphs]" if b.cuda_graphs else "") + f") [{b.how}]")
+            if b.total_why:
+                out.append(f"GPU memory: {gib(b.total_bytes or 0)} ({b.total_why})")
         out.append(f"pool: {self.capacity.num_blocks:,} blocks of {lay.bytes_per_block:,} B; "
                    f"{self.capacity.blocks_per_request} blocks per request at {s.max_model_len:,} tokens "
                    f"({s.max_model_len_why})")
@@ -175,26 +181,36 @@ def plan_command_memory(model_id: str, argv: Sequence[str], env: Mapping[str, st
                         hw: HardwareProfile, *, precision: str | None = None,
                         context_length: int | None = None, memory_gib: float | None = None,
                         gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-                        max_num_seqs: int | None = None, overhead_gib: float | None = None) -> MemoryPlan:
-    """The memory plan of one `vllm serve` argv and env on `hw`, given the model's config.json (no I/O)."""
+                        max_num_seqs: int | None = None, overhead_gib: float | None = None,
+                        vllm_version: str | None = None) -> MemoryPlan:
+    """The memory plan of one `vllm serve` argv and env on `hw`, given the model's config.json (no I/O).
+    `vllm_version`: the release that serves it (None: 0.32.0, the release the arithmetic is read from)."""
     platform = "cpu" if hw.is_cpu else "gpu"
-    memory = float(memory_gib if memory_gib is not None else hw.per_gpu_vram_gb)
+    gpu = None if hw.is_cpu else GPU_MEMORY.get(hw.id)
+    if memory_gib is not None:
+        total, total_why = int(memory_gib * GIB), "given"
+    elif gpu is not None:
+        total, total_why = gpu.cuda_total_bytes, f"one {gpu.name} as CUDA sees it: {gpu.source}"
+    else:
+        total, total_why = int(hw.per_gpu_vram_gb * GIB), ""
+    memory = total / GIB
     arch = architecture_from_config(config.data)
     weights = weight_bytes(arch, precision, config.index_total_size)
     overrides = {"max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
                  "gpu_memory_utilization": gpu_memory_utilization}
     settings = resolve_settings(argv, env, arch, platform=platform, memory_gib=memory, hardware_id=hw.id,
-                                recipe_context_length=context_length, overrides=overrides)
+                                recipe_context_length=context_length, overrides=overrides, vllm_version=vllm_version)
     layout = cache_layout(arch, platform=platform, kv_dtype=settings.kv_cache_dtype,
                           conv_dtype=settings.conv_state_dtype, ssm_dtype=settings.ssm_state_dtype,
                           mamba_mode=settings.mamba_mode, num_speculative_tokens=settings.num_speculative_tokens,
-                          tensor_parallel_size=settings.tensor_parallel_size, block_size=settings.block_size)
-    budget = kv_budget(arch, settings, memory, weights, overhead_gib)
+                          tensor_parallel_size=settings.tensor_parallel_size, block_size=settings.block_size,
+                          release=settings.release)
+    budget = kv_budget(arch, settings, total, weights, overhead_gib, gpu, total_why)
     cap = capacity(layout, budget.available_bytes, settings.max_model_len, settings.num_gpu_blocks_override)
     model_max = max(settings.max_model_len, arch.max_position_embeddings or 0)
     rec = recommend(layout, cap, settings, budget.available_bytes, model_max)
-    notes = _notes(arch, settings, flag_values(argv), budget, platform)
-    if memory_gib is None and not budget.exact:
+    notes = ([config.note] if config.note else []) + _notes(arch, settings, flag_values(argv), budget, platform)
+    if memory_gib is None and gpu is None and not budget.exact:
         notes.append(f"Memory: the taxonomy's {memory:g} GiB per GPU; pass --memory-gb with what vLLM sees "
                      "(nvidia-smi's total)." + (SPARK_MEMORY if hw.id == "dgx_spark_gb10" else ""))
     if weights is None and not budget.exact:
@@ -226,7 +242,7 @@ def plan_memory_from_config(plan: LaunchPlan, catalog: Catalog, config: ModelCon
 def plan_memory(plan: LaunchPlan, catalog: Catalog | None = None, *, config_path: str | Path | None = None,
                 memory_gib: float | None = None, gpu_memory_utilization: float | None = None,
                 max_model_len: int | None = None, max_num_seqs: int | None = None,
-                overhead_gib: float | None = None) -> MemoryPlan:
+                overhead_gib: float | None = None, vllm_version: str | None = None) -> MemoryPlan:
     """Read the plan's config.json (`config_path`, the local build, the HF cache or the Hub)
     and plan its memory. Raises PlannerError when config.json cannot be had."""
     if plan.engine != "vllm":
@@ -241,4 +257,4 @@ def plan_memory(plan: LaunchPlan, catalog: Catalog | None = None, *, config_path
     config = read_model_config(plan.model_id, config_path=config_path, local_dir=local_dir)
     return plan_memory_from_config(plan, catalog, config, memory_gib=memory_gib,
                                    gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                                   max_num_seqs=max_num_seqs, overhead_gib=overhead_gib)
+                                   max_num_seqs=max_num_seqs, overhead_gib=overhead_gib, vllm_version=vllm_version)

@@ -1,4 +1,5 @@
-"""What a rendered command asks of vLLM's cache, with vLLM 0.32.0's defaults filled in.
+"""What a rendered command asks of vLLM's cache, with vLLM's defaults filled in (0.32.0's,
+or the release's given: planner/versions.py).
 
 Reads the plan's argv and env (flags in any spelling vLLM accepts), and resolves
 what vLLM resolves before sizing the cache: `auto` KV dtype (the model's, or a
@@ -17,6 +18,7 @@ from typing import Any
 from workbench.errors import PlannerError
 from workbench.planner.architecture import Architecture
 from workbench.planner.memory import MambaMode
+from workbench.planner.versions import VllmRelease, vllm_release
 from workbench.recipes.argv import flag_values
 
 __all__ = ["GIB", "ServingSettings", "default_max_num_batched_tokens", "default_max_num_seqs",
@@ -52,10 +54,11 @@ def default_max_num_seqs(platform: str, memory_gib: float, hardware_id: str, wor
     return 256
 
 
-def default_max_num_batched_tokens(platform: str, memory_gib: float, hardware_id: str, world_size: int = 1) -> int:
+def default_max_num_batched_tokens(platform: str, memory_gib: float, hardware_id: str, world_size: int = 1,
+                                   release: VllmRelease | None = None) -> int:
     if platform == "cpu":
         return 2048 * world_size
-    if memory_gib >= 160:
+    if memory_gib >= 160 and (release or vllm_release()).large_gpu_batch_tier:
         return 16384
     if memory_gib >= 70 and "a100" not in hardware_id:
         return 8192
@@ -87,6 +90,12 @@ class ServingSettings:
     kv_cache_memory_why: str
     enforce_eager: bool
     num_gpu_blocks_override: int | None
+    vllm_version: str = ""  # the release whose arithmetic and defaults apply
+    vllm_version_basis: str = ""
+
+    @property
+    def release(self) -> VllmRelease:
+        return vllm_release(self.vllm_version or None)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,9 +151,11 @@ def _kv_dtype(flags: Mapping[str, str | None], arch: Architecture) -> tuple[str,
 
 def resolve_settings(argv: Sequence[str], env: Mapping[str, str], arch: Architecture, *, platform: str,
                      memory_gib: float, hardware_id: str, recipe_context_length: int | None = None,
-                     overrides: Mapping[str, Any] | None = None) -> ServingSettings:
+                     overrides: Mapping[str, Any] | None = None, vllm_version: str | None = None) -> ServingSettings:
     """The settings of a `vllm serve` argv; `overrides` (max_model_len, max_num_seqs,
-    gpu_memory_utilization) are what the planner's user asks instead."""
+    gpu_memory_utilization) are what the planner's user asks instead; `vllm_version` the
+    release that will serve it (None: 0.32.0)."""
+    release = vllm_release(vllm_version)
     flags = flag_values(argv)
     over = dict(overrides or {})
 
@@ -178,7 +189,8 @@ def resolve_settings(argv: Sequence[str], env: Mapping[str, str], arch: Architec
         seqs, seqs_why = int(number("--max-num-seqs") or 0), "--max-num-seqs in the command"
     else:
         seqs = default_max_num_seqs(platform, memory_gib, hardware_id, tp)
-        seqs_why = f"vLLM 0.32.0's default for {memory_gib:g} GiB" if platform != "cpu" else "vLLM's CPU default"
+        seqs_why = (f"vLLM {release.version}'s default for {memory_gib:g} GiB" if platform != "cpu"
+                    else "vLLM's CPU default")
     util = over.get("gpu_memory_utilization") or _float(flags.get("--gpu-memory-utilization")) \
         or DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -203,13 +215,15 @@ def resolve_settings(argv: Sequence[str], env: Mapping[str, str], arch: Architec
         max_num_seqs=seqs,
         max_num_seqs_why=seqs_why,
         max_num_batched_tokens=number("--max-num-batched-tokens")
-        or default_max_num_batched_tokens(platform, memory_gib, hardware_id, tp),
+        or default_max_num_batched_tokens(platform, memory_gib, hardware_id, tp, release),
         gpu_memory_utilization=float(util),
         block_size=number("--block-size"),
         kv_cache_memory_bytes=kv_bytes,
         kv_cache_memory_why=kv_mem_why if kv_bytes else "",
         enforce_eager="--enforce-eager" in flags,
         num_gpu_blocks_override=number("--num-gpu-blocks-override"),
+        vllm_version=release.version,
+        vllm_version_basis=release.basis,
     )
 
 

@@ -140,6 +140,12 @@ class Recipe:
         return self.model.get("workbench_local_build")
 
     @property
+    def rehearsal_build(self) -> str | None:
+        """The local stand-in checkpoint a rehearsal serves (`workbench.rehearsal.build`), if any."""
+        build = (self.workbench.get("rehearsal") or {}).get("build")
+        return str(build) if build else None
+
+    @property
     def presets(self) -> dict[str, Preset]:
         out = {}
         for name, p in (self.workbench.get("presets") or {}).items():
@@ -162,8 +168,15 @@ class Recipe:
 
     @property
     def engine_note(self) -> str | None:
-        """What the engine serving this recipe is, when it is not the model's own (the CPU demo)."""
+        """What the engine serving this recipe is on the CPU, when it is not the model's own (the CPU demo)."""
+        return self.engine_note_for("cpu", "cpu", "cpu")
+
+    def engine_note_for(self, hardware_id: str, generation: str, brand: str) -> str | None:
+        """The engine note for one hardware: `workbench.engine_note` is one text, or texts keyed by
+        exact hardware id > generation > brand (lowercase) > default."""
         note = self.workbench.get("engine_note")
+        if isinstance(note, dict):
+            note = next((note[k] for k in (hardware_id, generation, brand.lower(), "default") if k in note), None)
         return str(note) if note else None
 
     def flag_help(self, flag: str) -> str | None:

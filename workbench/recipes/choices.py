@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from workbench.errors import InputError
 from workbench.recipes.catalog import Catalog
-from workbench.recipes.known_issues import KnownIssue
+from workbench.recipes.known_issues import AppliedFix, KnownIssue
 from workbench.recipes.plan import DEFAULT_PORT, LaunchPlan, Selection
 
 __all__ = ["NO_SPEC", "PlanSummary", "RecipeChoices", "choices_for", "selection_from_choices", "summarize_plan"]
@@ -118,6 +118,7 @@ class PlanSummary:
     notes: list[str] = field(default_factory=list)
     install_steps: list[str] = field(default_factory=list)
     known_issues: list[KnownIssue] = field(default_factory=list)  # the plan's, shown as warnings
+    applied_fixes: list[AppliedFix] = field(default_factory=list)  # known problems' changes in the command
 
 
 def summarize_plan(plan: LaunchPlan, catalog: Catalog) -> PlanSummary:
@@ -144,4 +145,5 @@ def summarize_plan(plan: LaunchPlan, catalog: Catalog) -> PlanSummary:
         notes=list(plan.notes),
         install_steps=list(plan.install_steps),
         known_issues=list(plan.known_issues),
+        applied_fixes=list(plan.applied_fixes),
     )

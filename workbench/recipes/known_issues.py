@@ -11,14 +11,27 @@ rendered argv, the hardware and the image, nothing else.
     flags: {flag: condition}           on the rendered argv (canonical flag spelling):
         true / false                   present / absent
         "regex"                        the value matches in full ("" for a switch)
+        {other_than: "regex"}          absent, or a value that does not match in full
         {above|below|at_least|at_most: number, default: value}
                                        a number; `default` is vLLM's value when absent
     images: [glob patterns]            the plan's docker image
     vllm: "specifier"                  the version in the image tag (`v0.28.0`); an
                                        image whose tag names none may be affected
 
+An entry that says `certain: true` is no risk but a certain failure wherever its `when`
+holds: render refuses the command with the change to make (as SGLang refuses a server
+argument it knows will fail), unless the selection names the entry in `ignore_known_issues`.
+
 An entry with `check: <name>` is decided by the memory planner (it needs numbers a
 render does not have); render leaves it out, the planner and the diagnosis use it.
+
+An entry whose change is mechanical says it as data, `fix`, which render applies on
+request (`Selection.apply_fixes`) as the command's last layer, "known problem <id>":
+
+    fix:
+      set: {flag: value}                 the flag's value (true: a switch); replaces the
+                                         flag, or its --no- pair, where it stands
+      drop: [flags]                      removed from the command
 """
 
 from __future__ import annotations
@@ -33,13 +46,14 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from workbench.recipes.argv import canonical_flag, flag_values
+from workbench.recipes.argv import Unit, canonical_flag, flag_values
 from workbench.recipes.catalog import HardwareProfile, Recipe
 
-__all__ = ["NUMERIC_TESTS", "PLANNER_CHECKS", "KnownIssue", "known_issue_entries", "log_known_issue",
-           "matching_known_issues"]
+__all__ = ["ALL_FIXES", "NUMERIC_TESTS", "OTHER_THAN", "PLANNER_CHECKS", "AppliedFix", "FlagChange", "KnownIssue",
+           "apply_fix", "fix_layer", "known_issue_entries", "log_known_issue", "matching_known_issues"]
 
 NUMERIC_TESTS = ("above", "below", "at_least", "at_most")
+OTHER_THAN = "other_than"
 # Checks decided outside a render: the memory planner's (workbench.planner), and the
 # benchmark's session workloads (workbench.bench.cache_check, from the server's /metrics).
 PLANNER_CHECKS = ("mamba_cache_blocks", "session_prefix_cache")
@@ -59,6 +73,8 @@ class KnownIssue:
     reported: str = ""
     check: str | None = None
     matched: str = ""
+    certain: bool = False  # the plan cannot start: render refuses it unless told to ignore this entry
+    fix: Mapping[str, Any] | None = None  # the change as data (`set`, `drop`), when it is mechanical
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -67,6 +83,14 @@ class KnownIssue:
     def from_dict(cls, d: Mapping[str, Any]) -> "KnownIssue":
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+    def fix_summary(self) -> str:
+        """The mechanical change in a few words ("--kv-cache-dtype bfloat16"), or "" when there is none."""
+        if not self.fix:
+            return ""
+        words = [flag if value is True else f"{flag} {value}" for flag, value in (self.fix.get("set") or {}).items()]
+        words += [f"without {flag}" for flag in self.fix.get("drop") or []]
+        return ", ".join(words)
 
     def line(self) -> str:
         """One line for a CLI or a status box: the problem, the change, the first source."""
@@ -85,6 +109,8 @@ def _entry(raw: Mapping[str, Any], matched: str = "") -> KnownIssue:
         reported=str(raw.get("reported", "")),
         check=raw.get("check"),
         matched=matched,
+        certain=bool(raw.get("certain", False)),
+        fix=raw.get("fix"),
     )
 
 
@@ -111,6 +137,8 @@ def _flag_ok(flags: Mapping[str, str | None], flag: str, cond: Any) -> bool:
     value = flags.get(flag)
     if isinstance(cond, str):
         return present and re.fullmatch(cond, value or "") is not None
+    if isinstance(cond, Mapping) and OTHER_THAN in cond:
+        return not present or re.fullmatch(str(cond[OTHER_THAN]), value or "") is None
     if isinstance(cond, Mapping):
         number = _number(value) if present else _number(cond.get("default"))
         if number is None:
@@ -125,6 +153,9 @@ def _describe_flag(flag: str, cond: Any, flags: Mapping[str, str | None]) -> str
     if cond is False:
         return f"no {flag}"
     value = flags.get(flag)
+    if isinstance(cond, Mapping) and OTHER_THAN in cond:
+        shown = re.sub(r"^\(\?\w+\)", "", str(cond[OTHER_THAN]))  # the regex's inline flags say nothing to a reader
+        return f"{flag} {value}" if flag in flags and value else f"no {flag} {shown}"
     if flag not in flags:
         return f"{flag} at vLLM's default {cond.get('default')}" if isinstance(cond, Mapping) else flag
     return f"{flag} {value}" if value else flag
@@ -202,3 +233,81 @@ def log_known_issue(issues: Iterable[KnownIssue], log_text: str) -> tuple[KnownI
             return issue, log_text[start: end if end != -1 else None].strip()
     return None
 
+
+
+# `Selection.apply_fixes` may name this instead of ids: every fix the command meets.
+ALL_FIXES = "all"
+
+
+def fix_layer(issue_id: str) -> str:
+    """The provenance layer of a flag a known problem's fix set."""
+    return f"known problem {issue_id}"
+
+
+@dataclass(frozen=True)
+class FlagChange:
+    """One flag a fix changed: its tokens before and after (None: absent)."""
+
+    flag: str
+    before: str | None
+    after: str | None
+
+    def describe(self) -> str:
+        if self.before is None:
+            return f"added {self.after}"
+        if self.after is None:
+            return f"removed {self.before}"
+        return f"{self.before} -> {self.after}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class AppliedFix:
+    """A known problem's change applied to a command: which problem, and each flag it changed."""
+
+    id: str
+    title: str
+    changes: tuple[FlagChange, ...]
+
+    def describe(self) -> str:
+        return "; ".join(c.describe() for c in self.changes) or "nothing to change"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "changes": [c.to_dict() for c in self.changes]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AppliedFix":
+        return cls(str(d["id"]), str(d.get("title", "")), tuple(FlagChange(**c) for c in d.get("changes") or []))
+
+
+def _switch_pair(name: str) -> str:
+    return "--" + name[5:] if name.startswith("--no-") else "--no-" + name[2:]
+
+
+def apply_fix(kept: list[Unit], fix: Mapping[str, Any], layer: str) -> tuple[list[Unit], list[FlagChange]]:
+    """`kept` (a de-duplicated command's units) with the fix's `set` and `drop` applied. A set
+    flag takes the place of the flag it replaces (or of its --no- pair), so the rest of the
+    command stays as it was; one the command lacks is appended."""
+    out = list(kept)
+    changes: list[FlagChange] = []
+
+    def spelled(u: Unit) -> str:
+        return " ".join(u.tokens())
+
+    for flag, value in (fix.get("set") or {}).items():
+        new = Unit(flag, None if value is True else str(value), layer)
+        names = {canonical_flag(flag), canonical_flag(_switch_pair(flag))}
+        at = next((i for i, u in enumerate(out) if u.name and canonical_flag(u.name) in names), None)
+        if at is None:
+            out.append(new)
+            changes.append(FlagChange(flag, None, spelled(new)))
+        elif out[at].tokens() != new.tokens():
+            changes.append(FlagChange(flag, spelled(out[at]), spelled(new)))
+            out[at] = new
+    for flag in fix.get("drop") or []:
+        gone = [u for u in out if u.name and canonical_flag(u.name) == canonical_flag(flag)]
+        out = [u for u in out if all(u is not g for g in gone)]
+        changes += [FlagChange(flag, spelled(u), None) for u in gone]
+    return out, changes

@@ -24,7 +24,7 @@ from workbench.recipes.catalog import (
     Strategy,
     default_recipes_dir,
 )
-from workbench.recipes.known_issues import NUMERIC_TESTS, PLANNER_CHECKS
+from workbench.recipes.known_issues import NUMERIC_TESTS, OTHER_THAN, PLANNER_CHECKS
 
 __all__ = ["load_catalog", "load_recipe"]
 
@@ -232,14 +232,19 @@ def _validate_workbench(p: _Problems, wb: Any, variants: Mapping[str, Any]) -> N
         presets = {}
     for name, pr in presets.items():
         _validate_preset(p, f"workbench.presets.{name}", pr, variants)
-    if wb.get("engine_note") is not None and not isinstance(wb["engine_note"], str):
-        p.add("workbench.engine_note", "a string", wb["engine_note"])
+    note = wb.get("engine_note")
+    if note is not None and not isinstance(note, str) and not (
+            isinstance(note, dict) and all(isinstance(v, str) for v in note.values())):
+        p.add("workbench.engine_note", "a string, or strings keyed by hardware id, generation or brand", note)
     for k in ("flags", "hardware_notes", "variables", "env"):
         v = wb.get(k)
         if v is not None and not (
             isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
         ):
             p.add(f"workbench.{k}", "a mapping of name -> text", v)
+    rehearsal = wb.get("rehearsal")
+    if rehearsal is not None and not (isinstance(rehearsal, dict) and isinstance(rehearsal.get("build"), str)):
+        p.add("workbench.rehearsal", "a mapping with build: the name of a local stand-in build", rehearsal)
     _validate_known_issues(p, wb.get("known_issues"))
 
 
@@ -273,6 +278,26 @@ def _validate_known_issues(p: _Problems, issues: Any) -> None:
         if ki.get("check") is not None and ki["check"] not in PLANNER_CHECKS:
             p.add(f"{base}.check", f"one of {', '.join(PLANNER_CHECKS)}", ki["check"])
         _validate_when(p, f"{base}.when", ki.get("when"))
+        if not isinstance(ki.get("certain", False), bool):
+            p.add(f"{base}.certain", "true or false", ki.get("certain"))
+        _validate_fix(p, f"{base}.fix", ki.get("fix"))
+
+
+def _validate_fix(p: _Problems, base: str, fix: Any) -> None:
+    if fix is None:
+        return
+    if not isinstance(fix, dict) or not fix or any(k not in ("set", "drop") for k in fix):
+        p.add(base, "a mapping of set (flag -> value, true for a switch) and drop (a list of flags)", fix)
+        return
+    to_set = fix.get("set") or {}
+    if not isinstance(to_set, dict) or not all(
+            str(flag).startswith("--") and (value is True or (isinstance(value, (str, int, float))
+                                                              and not isinstance(value, bool)))
+            for flag, value in to_set.items()):
+        p.add(f"{base}.set", "a mapping of --flag -> value (true for a switch)", to_set)
+    drop = fix.get("drop") or []
+    if not _is_str_list(drop) or not all(flag.startswith("--") for flag in drop):
+        p.add(f"{base}.drop", "a list of --flags", drop)
 
 
 def _validate_when(p: _Problems, base: str, when: Any) -> None:
@@ -307,6 +332,9 @@ def _validate_when(p: _Problems, base: str, when: Any) -> None:
                 re.compile(cond)
             except re.error as exc:
                 p.add(fb, f"a regular expression ({exc})", cond)
+        elif isinstance(cond, dict) and OTHER_THAN in cond:
+            if set(cond) != {OTHER_THAN} or not isinstance(cond[OTHER_THAN], str):
+                p.add(fb, f"{{{OTHER_THAN}: a regular expression}} and nothing else", cond)
         elif isinstance(cond, dict):
             tests = [k for k in cond if k in NUMERIC_TESTS]
             if not tests or any(k not in (*NUMERIC_TESTS, "default") for k in cond) or not all(

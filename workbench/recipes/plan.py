@@ -14,7 +14,8 @@ from typing import Any
 from workbench.errors import InputError
 from workbench.recipes.argv import env_word, join_lines, shell_quote, units
 from workbench.recipes.catalog import Catalog, Engine
-from workbench.recipes.known_issues import KnownIssue
+from workbench.recipes.known_issues import AppliedFix, KnownIssue, fix_layer
+from workbench.recipes.rehearsal import MachineFacts, Swap
 
 __all__ = ["DEFAULT_PORT", "Fallback", "LaunchPlan", "Selection",
            "provenance_rows", "split_extra_flags"]
@@ -44,9 +45,32 @@ class Selection:
     preset: str | None = None
     head_address: str | None = None  # multi-node: the head's address on the interconnect ($HEAD_IP)
     iface: str | None = None  # multi-node: that interconnect's network interface ($IFACE_NAME)
+    # The machine's own hardware id: used when `hardware` is None and the recipe runs on it.
+    detected_hardware: str | None = None
+    # Serve the recipe's command with its local stand-in checkpoint (workbench.recipes.rehearsal);
+    # `machine` says what the serving machine has (None: nothing optional, every flag known).
+    rehearsal: bool = False
+    machine: MachineFacts | None = None
+    # Known problems (ids) whose certain failure should not stop the render.
+    ignore_known_issues: list[str] = field(default_factory=list)
+    # Known problems whose change (their `fix`) to apply, by id, or ["all"]: the command's last layer.
+    apply_fixes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Selection:
+        """The selection `to_dict` wrote (unknown keys, from newer or older versions, are left out)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names}
+        if isinstance(kw.get("machine"), Mapping):
+            machine = dict(kw["machine"])
+            flags = machine.get("vllm_flags")
+            kw["machine"] = MachineFacts(vllm_version=machine.get("vllm_version"),
+                                         vllm_flags=None if flags is None else tuple(flags),
+                                         packages=tuple(machine.get("packages") or ()))
+        return cls(**kw)
 
 
 def split_extra_flags(extra: Sequence[str]) -> list[str]:
@@ -109,11 +133,18 @@ class LaunchPlan:
     worker_docker_argvs: list[list[str]] = field(default_factory=list)
     config_files: dict[str, str] = field(default_factory=dict)
     known_issues: list[KnownIssue] = field(default_factory=list)
+    rehearsal_swaps: list[Swap] = field(default_factory=list)
+    applied_fixes: list[AppliedFix] = field(default_factory=list)  # known problems' changes made to argv
+
+    @property
+    def rehearsal(self) -> bool:
+        return bool(self.selection.get("rehearsal"))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["fallbacks"] = [f.to_dict() for f in self.fallbacks]
         d["known_issues"] = [k.to_dict() for k in self.known_issues]
+        d["applied_fixes"] = [a.to_dict() for a in self.applied_fixes]
         d["shell_command"] = self.shell_command(multiline=False)
         d["docker_command"] = self.docker_command(multiline=False)
         return d
@@ -124,6 +155,8 @@ class LaunchPlan:
         kw = {k: v for k, v in d.items() if k in names}
         kw["fallbacks"] = [Fallback(**f) for f in kw.get("fallbacks", [])]
         kw["known_issues"] = [KnownIssue.from_dict(k) for k in kw.get("known_issues", [])]
+        kw["rehearsal_swaps"] = [Swap(**s) for s in kw.get("rehearsal_swaps", [])]
+        kw["applied_fixes"] = [AppliedFix.from_dict(a) for a in kw.get("applied_fixes", [])]
         return cls(**kw)
 
     def _argv_for(self, worker: int | None) -> list[str]:
@@ -181,9 +214,18 @@ def provenance_rows(plan: LaunchPlan, catalog: Catalog) -> list[list[str]]:
     recipe = catalog.recipe(plan.recipe_id)
     env_help = recipe.workbench.get("env") or {}
     rows = [[name, value, "env", env_help.get(name, "")] for name, value in plan.env.items()]
+    swapped = {s.flag: s for s in plan.rehearsal_swaps}
     for u in units(plan.argv[plan.command_head_length:]):
         if u.flag is not None:
-            rows.append([u.flag, u.value or "", plan.provenance.get(u.flag, ""), recipe.flag_help(u.flag) or ""])
+            why = swapped[u.flag].reason if u.flag in swapped else recipe.flag_help(u.flag) or ""
+            rows.append([u.flag, u.value or "", plan.provenance.get(u.flag, ""), why])
+    # What a rehearsal took out of the recipe's command, each with its reason.
+    rows += [[s.flag, f"{s.was or ''} (removed)".strip(), "rehearsal", s.reason]
+             for s in plan.rehearsal_swaps if s.now is None]
+    # What a known problem's fix took out: shown too, so the table says what changed.
+    for fix in plan.applied_fixes:
+        rows += [[c.flag, f"(removed: {c.before})", fix_layer(fix.id), fix.title]
+                 for c in fix.changes if c.after is None]
     return rows
 
 

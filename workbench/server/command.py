@@ -22,12 +22,21 @@ from workbench.recipes.argv import flag_value, set_flag
 from workbench.server.hardware import detect_hardware
 from workbench.server.ports import check_port_number
 
-__all__ = ["CONTAINER_PORT", "DEFAULT_HOST", "Mode", "PlanLike", "ServeCommand", "docker_engine_problem",
+__all__ = ["CARRIED_ENV", "CONTAINER_PORT", "DEFAULT_HOST", "carried_env", "Mode", "PlanLike", "ServeCommand", "docker_engine_problem",
            "nvidia_gpu_available", "prepare", "vllm_executable"]
 
 log = logging.getLogger("workbench.server")
 
 Mode = Literal["local", "docker", "attach"]
+# Set in the workbench's environment, these reach every server it starts (local, in a container, on a
+# node): machines that share GPUs with others may forbid NVLink multicast, which can take the host's
+# GPUs out of service (the lent multi-GPU machines of this project's CI workplace ask it).
+CARRIED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def carried_env() -> dict[str, str]:
+    """The variables of CARRIED_ENV this process has, to pass on to a server."""
+    return {k: os.environ[k] for k in CARRIED_ENV if k in os.environ}
 DEFAULT_HOST = "127.0.0.1"
 CONTAINER_PORT = 8000  # vLLM's default port inside the official images
 
@@ -116,10 +125,11 @@ def vllm_executable() -> str | None:
     return shutil.which("vllm")
 
 def _build_local_model(name: str, progress: Callable[[str], None]) -> Path:
-    from workbench.demo import models
+    from workbench.demo import models, rehearsal
 
     builders = {models.DEMO_MODEL_NAME: models.build_demo_model,
-                models.FORCING_MODEL_NAME: models.build_forcing_model}
+                models.FORCING_MODEL_NAME: models.build_forcing_model,
+                rehearsal.REHEARSAL_NAME: rehearsal.build_rehearsal_model}
     if name not in builders:
         raise LaunchError(f"The plan asks for a local build named {name!r}, which the workbench cannot build.",
                           hint=f"Known local builds: {', '.join(builders)}.")
@@ -198,7 +208,9 @@ def prepare(
         name = f"workbench-vllm-{port}"
         argv, key = take_api_key(container_argv(plan, port, chosen_host, name))
         key = key or plan.env.get("VLLM_API_KEY")
-        env = {}
+        env = carried_env()
+        for var in env:  # `-e NAME`: docker copies the value from its own environment
+            argv[argv.index("--name"):argv.index("--name")] = ["-e", var]
         if key:
             # `-e NAME` without a value: docker copies it from its own environment, not from argv.
             argv[argv.index("--name"):argv.index("--name")] = ["-e", "VLLM_API_KEY"]
@@ -228,7 +240,7 @@ def prepare(
         head = [exe, "serve"]
     model = plan.argv[2]
     rest, key = take_api_key(list(plan.argv[3:]))
-    env = dict(plan.env)
+    env = {**carried_env(), **plan.env}
     key = key or env.get("VLLM_API_KEY")
     if key:
         env["VLLM_API_KEY"] = key

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from packaging.version import InvalidVersion, Version
+
 from workbench.recipes.known_issues import KnownIssue, known_issue_entries, log_known_issue
 
 __all__ = ["Cause", "Diagnosis", "diagnose", "known_issues_for_plan", "last_lines", "RULES"]
@@ -30,6 +32,7 @@ __all__ = ["Cause", "Diagnosis", "diagnose", "known_issues_for_plan", "last_line
 Cause = Literal[
     "out_of_memory",
     "kv_cache_too_small",
+    "gpu_memory_taken",
     "address_in_use",
     "model_not_found",
     "model_gated",
@@ -135,6 +138,29 @@ RULES: tuple[Rule, ...] = (
         lambda m: f"Change {m.group('flag')} to one of the values vLLM lists"
         if "choose from" in m.group("why")
         else f"Change the value given to {m.group('flag')}.",
+    ),
+    _rule(
+        "gpu_memory_taken",
+        r"Free memory on device (?:(?P<device>[^\s(]+) )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less "
+        r"than desired GPU memory utilization \((?P<util>[\d.]+), (?P<want>[\d.]+) GiB\)",
+        lambda m: (f"Another process holds the GPU's memory: {m.group('free')} of {m.group('total')} GiB were free"
+                   + (f" on {m.group('device')}" if m.group("device") else "")
+                   + f", and this server asks for {m.group('want')} GiB (--gpu-memory-utilization "
+                   f"{m.group('util')} of the whole GPU)."),
+        lambda m: ("Stop the server already on this GPU (`python -m workbench status` lists the ones the workbench "
+                   "started; `nvidia-smi` lists every process), or give each server its share: a "
+                   f"--gpu-memory-utilization below {float(m.group('free')) / float(m.group('total')):.2f} "
+                   "for this one (the fraction is of the whole GPU, not of what is free)."),
+        ("extra",),
+    ),
+    _rule(
+        "missing_dependency",
+        r"FlashInfer is required for the flashinfer (?P<what>[\w ]+?) backend",
+        lambda m: f"The command asks for FlashInfer's {m.group('what')} kernels, and FlashInfer is not installed here.",
+        "Install FlashInfer into vLLM's environment (pip install flashinfer-python; vLLM's images have it), or "
+        "leave out --mamba-backend flashinfer for vLLM's Triton kernels (then the fast SSM cache's stochastic "
+        "rounding needs an sm_100 Blackwell GPU: on others drop it for the float32 SSM cache).",
+        ("extra",),
     ),
     _rule(
         "address_in_use",
@@ -292,11 +318,13 @@ def known_issues_for_plan(plan: Mapping[str, Any] | None) -> list[KnownIssue]:
     return issues
 
 
-def diagnose(log_text: str, *, exit_code: int | None = None,
-             known_issues: Iterable[KnownIssue] = ()) -> Diagnosis:
+def diagnose(log_text: str, *, exit_code: int | None = None, known_issues: Iterable[KnownIssue] = (),
+             installed_vllm: str | None = None, min_vllm: str | None = None) -> Diagnosis:
     """The first rule that matches the log, else "killed" (by a signal) or "unknown";
-    named with the first of `known_issues` whose log pattern the log shows."""
-    found = _diagnose_by_rules(log_text, exit_code)
+    named with the first of `known_issues` whose log pattern the log shows. With the
+    installed vLLM's version and the plan's minimum, a flag vLLM does not know says whether
+    the vLLM is older than the recipe asks."""
+    found = _with_version_advice(_diagnose_by_rules(log_text, exit_code), installed_vllm, min_vllm)
     hit = log_known_issue(known_issues, log_text)
     if hit is None:
         return found
@@ -306,6 +334,20 @@ def diagnose(log_text: str, *, exit_code: int | None = None,
         return replace(found, known_issue=named)
     return replace(found, cause="known_issue" if found.cause == "unknown" else found.cause,
                    summary=f"{issue.title} (a known issue).", fix=issue.change, evidence=line, known_issue=named)
+
+
+def _with_version_advice(found: Diagnosis, installed: str | None, wanted: str | None) -> Diagnosis:
+    if found.cause != "unrecognized_argument" or not installed:
+        return found
+    try:
+        older = bool(wanted) and Version(installed.split("+")[0]) < Version(str(wanted))
+    except InvalidVersion:
+        older = False
+    if not older:
+        return replace(found, fix=f"{found.fix} (This is vLLM {installed}.)")
+    return replace(found, summary=f"{found.summary} This is vLLM {installed}; the recipe asks for vLLM >= {wanted}.",
+                   fix=f"Upgrade vLLM to {wanted} or later, or remove the flag vLLM {installed} does not know "
+                   f"({found.fix})")
 
 
 def _diagnose_by_rules(log_text: str, exit_code: int | None) -> Diagnosis:

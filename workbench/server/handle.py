@@ -33,6 +33,7 @@ from workbench.server.events import EventLog, ServerEvent, ServerEventKind
 from workbench.server.logfile import LogFollower, log_tail, log_text
 from workbench.server.phases import PhaseDetector, PhaseRecord, StartupPhase, Status
 from workbench.server.ports import port_holder
+from workbench.server.machine import installed_vllm
 from workbench.server.probe import probe, tls_context
 from workbench.server.process import STOP_TIMEOUT_S, StopResult, StopStage
 from workbench.server.record import ServerRecord, mark_stopping, read_record, save_record
@@ -266,11 +267,18 @@ class ServerProcess:
             # vLLM answers 503 on /health once its engine is dead.
             self._fail(None)
 
+    def _diagnose(self, exit_code: int | None) -> Diagnosis:
+        """The log's diagnosis, with the plan's known issues and, for a vLLM from this environment,
+        its version beside the recipe's minimum."""
+        installed = installed_vllm() if self.mode == "local" else None
+        wanted = (self.plan or {}).get("min_vllm_version")
+        return diagnose(self.log_text(), exit_code=exit_code, known_issues=known_issues_for_plan(self.plan),
+                        installed_vllm=installed, min_vllm=str(wanted) if wanted else None)
+
     def _fail(self, exit_code: int | None, *, gone: bool = False) -> None:
         self.exit_code = exit_code
         known = self.runtime.gone_diagnosis() if gone else None
-        self.diagnosis = known or diagnose(self.log_text(), exit_code=exit_code,
-                                           known_issues=known_issues_for_plan(self.plan))
+        self.diagnosis = known or self._diagnose(exit_code)
         if self.diagnosis.cause == "address_in_use":
             holder = port_holder(self.port)
             if holder and holder.pid not in self.group_pids():
@@ -343,8 +351,7 @@ class ServerProcess:
             self._watcher.join(5)
         if self.status is Status.STOPPED:
             raise LaunchError(f"vllm serve on port {self.port} was stopped before it was ready.")
-        d = self.diagnosis or diagnose(self.log_text(), exit_code=self.exit_code,
-                                       known_issues=known_issues_for_plan(self.plan))
+        d = self.diagnosis or self._diagnose(self.exit_code)
         known = (f"\nKnown issue: {d.known_issue['title']} ({d.known_issue['sources'][0]})"
                  if d.known_issue and d.known_issue.get("sources") else "")
         raise LaunchError(f"vllm serve on port {self.port} failed: {d.summary}",

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from workbench.server.state import redact
 
-__all__ = ["LogFollower", "log_tail", "log_text"]
+__all__ = ["LogFollower", "log_tail", "log_text", "without_exit_noise"]
+
+# nanobind (Triton's Python bindings) prints a leak report when the interpreter exits: a
+# "nanobind: leaked N types!" line and one line per leaked object. Nothing is wrong then.
+_NANOBIND_HEAD = re.compile(r"^nanobind: ")
+_NANOBIND_ITEM = re.compile(r"^ - (leaked |\.\.\. skipped remainder)")
+_NANOBIND_SEE = "See https://nanobind.readthedocs.io/en/latest/refleaks.html"
 
 
 def log_tail(path: Path | None, lines: int = 40, secrets: Iterable[str | None] = ()) -> list[str]:
@@ -24,6 +31,30 @@ def log_tail(path: Path | None, lines: int = 40, secrets: Iterable[str | None] =
     except OSError:
         return []
     return [redact(line, secrets) for line in data.splitlines()[-lines:]]
+
+
+def without_exit_noise(lines: Sequence[str]) -> list[str]:
+    """`lines` with nanobind's leak report at exit folded into one line that says what it was."""
+    out: list[str] = []
+    hidden = 0
+    for line in lines:
+        if _NANOBIND_HEAD.match(line) or (hidden and _NANOBIND_ITEM.match(line)):
+            hidden += 1
+            continue
+        if hidden and line.startswith(_NANOBIND_SEE):
+            hidden += 1
+            line = line[len(_NANOBIND_SEE):]  # the next message may follow on the same line
+        if hidden:
+            out.append(_folded(hidden))
+            hidden = 0
+        if line:
+            out.append(line)
+    return out + ([_folded(hidden)] if hidden else [])
+
+
+def _folded(count: int) -> str:
+    return (f"(nanobind's leak report at exit, {count} lines, left out: Triton's bindings print it when the "
+            "process ends; nothing is wrong)")
 
 
 def log_text(path: Path | None, secrets: Iterable[str | None] = ()) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from workbench.errors import InputError, LaunchError
 from workbench.recipes.argv import flag_value, has_flag, is_shell_variable, set_flag
 from workbench.recipes.multinode import HEAD_IP, IFACE_NAME, node_serves_http
-from workbench.server.command import PlanLike, ServeCommand, prepare
+from workbench.server.command import PlanLike, ServeCommand, carried_env, prepare
 from workbench.server.ports import free_port
 
 __all__ = ["LOCAL", "PGID_MARKER", "SSH_OPTIONS", "ClusterCommand", "NodeCommand", "expected_engines",
@@ -175,7 +175,7 @@ def plan_cluster(
                              "(`ip -br addr` lists them).", settings=("head_address",))
         head_address = "127.0.0.1"
     notes: list[str] = []
-    env = _fill_env(dict(plan.env), iface, notes)
+    env = _fill_env({**carried_env(), **plan.env}, iface, notes)
     head_rest = _fill(plan.argv[3:], head_address)
     worker_rests = [_fill(w[3:], head_address) for w in getattr(plan, "worker_argvs", [])]
     # Both rendezvous ports are bound on the head (this machine): free ones, unless pinned.

@@ -2,9 +2,9 @@
 
 (phase, pattern, detail) rules: LOADING_WEIGHTS, KV_CACHE and HTTP_UP were read
 from a real CPU start (tests/fixtures/launch-logs/startup_cpu_smollm2.log);
-COMPILING and CAPTURING_GRAPHS only happen on a GPU without --enforce-eager,
-and their patterns are the format strings in vLLM 0.32's source
-(compilation/monitor.py, backends.py, v1/worker/gpu_model_runner.py).
+COMPILING and CAPTURING_GRAPHS only happen on a GPU without --enforce-eager, and
+were read from real CUDA starts of vLLM 0.26.0 on an H100
+(tests/fixtures/vllm-0.26.0-cuda-h100/).
 """
 
 from __future__ import annotations
@@ -67,22 +67,29 @@ class PhaseRecord:
 
 
 
+def _kv_detail(m: re.Match[str]) -> str:
+    text = f"{m.group(1)} KV cache: {m.group(2)} tokens"
+    return f"{text} ({m.group(4)}x requests of {m.group(3)} tokens)" if m.group(3) else text
+
+
 _PHASE_PATTERNS: tuple[tuple[StartupPhase, re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (StartupPhase.LOADING_WEIGHTS, re.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"),
      lambda m: f"loading {m.group(1)}"),
     (StartupPhase.COMPILING, re.compile(r"Starting torch\.compile|Dynamo bytecode transform time|"
                                  r"Compiling a graph for"), lambda m: "torch.compile"),
-    (StartupPhase.KV_CACHE, re.compile(r"(\w+) KV cache size: ([\d,]+) tokens, Maximum concurrency for "
-                                r"([\d,]+) tokens per request: ([\d.]+)x"),
-     lambda m: f"{m.group(1)} KV cache: {m.group(2)} tokens ({m.group(4)}x requests of {m.group(3)} tokens)"),
-    (StartupPhase.CAPTURING_GRAPHS, re.compile(r"Capturing CUDA graphs|Profiling CUDA graph memory"),
-     lambda m: "CUDA graph capture"),
+    # vLLM 0.32 says the size and the concurrency on one line; 0.26 (CUDA) on two.
+    (StartupPhase.KV_CACHE, re.compile(r"(\w+) KV cache size: ([\d,]+) tokens(?:, Maximum concurrency for "
+                                r"([\d,]+) tokens per request: ([\d.]+)x)?"), _kv_detail),
+    # Only the capture itself: "Profiling CUDA graph memory" comes before the KV cache is sized.
+    (StartupPhase.CAPTURING_GRAPHS, re.compile(r"Capturing CUDA graphs"), lambda m: "CUDA graph capture"),
     (StartupPhase.HTTP_UP, re.compile(r"Starting vLLM server on (\S+)"), lambda m: m.group(1)),
 )
 _ENGINE_INIT = re.compile(r"Initializing a V1 LLM engine \((v[^)]+)\)")
 _ARCHITECTURE = re.compile(r"Resolved architecture: (\w+)")
 _CHECKPOINT_SIZE = re.compile(r"Checkpoint size: ([\d.]+ GiB)")
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)")
+# Hybrid (Mamba) models warm their Triton kernels after compiling: about a minute the first time.
+_MAMBA_WARMUP = re.compile(r"Warming up Mamba2? \w* ?Triton kernels|Initial profiling/warmup run took ([\d.]+) s")
 _WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds|Model loading took ([\d.]+) GiB memory")
 
 
@@ -116,6 +123,11 @@ class PhaseDetector:
         finished = _WEIGHTS_DONE.search(line)
         if finished:
             out.append((StartupPhase.LOADING_WEIGHTS, f"weights loaded in {finished.group(1) or '?'} s", 1.0))
+        warmup = _MAMBA_WARMUP.search(line)
+        if warmup:
+            phase = StartupPhase.COMPILING if StartupPhase.COMPILING in self.seen else StartupPhase.LOADING_WEIGHTS
+            out.append((phase, f"kernel warm-up took {warmup.group(1)} s" if warmup.group(1)
+                        else "warming up the Mamba-2 Triton kernels (about a minute the first time)", None))
         for phase, pattern, detail in _PHASE_PATTERNS:
             match = pattern.search(line)
             if match and phase not in self.seen:

@@ -14,10 +14,10 @@ from workbench.telemetry.nvml import NvmlApi, NvmlUnavailable, PynvmlApi, Record
 from workbench.telemetry.poller import (
     GpuPoller, GpuRunFigures, GpuSpan, series_rows, shared_gpu_poller, summarize_readings,
 )
-from workbench.telemetry.sample import MEMORY_DEVICE, MEMORY_UNIFIED, NO_GPU, GpuReading, GpuSample
+from workbench.telemetry.sample import MEMORY_DEVICE, MEMORY_UNIFIED, NO_GPU, GpuProcess, GpuReading, GpuSample
 from workbench.telemetry.source import GpuSource, read_gpus
 
-__all__ = ["MEMORY_DEVICE", "MEMORY_UNIFIED", "NO_GPU", "GpuPoller", "GpuReading", "GpuRunFigures", "GpuSample",
+__all__ = ["MEMORY_DEVICE", "MEMORY_UNIFIED", "NO_GPU", "GpuPoller", "GpuProcess", "GpuReading", "GpuRunFigures", "GpuSample",
            "GpuSource", "GpuSpan", "NvmlApi", "NvmlUnavailable", "PynvmlApi", "RecordedNvml", "format_gpu_lines",
            "format_gpu_strip", "format_gpu_table",
            "gpu_rows", "read_gpus", "record_nvml", "series_rows", "shared_gpu_poller", "summarize_readings"]

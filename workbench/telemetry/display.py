@@ -54,6 +54,11 @@ def format_gpu_table(reading: GpuReading, *, title: str = "GPU") -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER))]
     for row in rows:
         lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for g in reading.gpus:
+        if g.processes:
+            held = ", ".join(f"pid {p.pid}" + (f" {p.used_memory_bytes / 2**30:.1f} GiB" if p.used_memory_bytes else "")
+                             for p in g.processes)
+            lines.append(f"  GPU{g.index} processes: {held}")
     lines.extend(f"  note: {n}" for n in reading.notes)
     return "\n".join(lines)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from workbench.telemetry.sample import MEMORY_DEVICE, MEMORY_UNIFIED, GpuSample
+from workbench.telemetry.sample import MEMORY_DEVICE, MEMORY_UNIFIED, GpuProcess, GpuSample
 
 __all__ = ["FIELDS", "NvmlApi", "NvmlFieldUnavailable", "NvmlUnavailable", "PynvmlApi", "RecordedNvml", "RecordedSeries",
            "record_nvml", "sample_from_nvml", "throttle_reason_names"]
@@ -23,7 +23,7 @@ log = logging.getLogger("workbench.telemetry")
 
 # The raw fields one sample reads, each one NVML call.
 FIELDS = ("name", "uuid", "memory", "utilization", "power_mw", "power_limit_mw", "sm_clock_mhz",
-          "temperature_c", "clocks_event_reasons", "compute_capability")
+          "temperature_c", "clocks_event_reasons", "compute_capability", "processes")
 
 # nvmlClocksEventReason* bits (nvml.h), in NVML's own names.
 _REASON_BITS: Sequence[tuple[int, str]] = (
@@ -131,6 +131,10 @@ class PynvmlApi:
             if field == "compute_capability":
                 major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)
                 return [int(major), int(minor)]
+            if field == "processes":
+                # usedGpuMemory is None where the driver does not account per process (some VMs).
+                return [{"pid": int(p.pid), "used_memory": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
+                        for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
         except nv.NVMLError as exc:
             raise NvmlFieldUnavailable(str(exc)) from exc
         raise KeyError(field)
@@ -221,6 +225,7 @@ def sample_from_nvml(api: NvmlApi, index: int, meminfo: Callable[[], str | None]
     limit = _optional(api, index, "power_limit_mw")
     reasons = _optional(api, index, "clocks_event_reasons")
     cap = _optional(api, index, "compute_capability")
+    procs = _optional(api, index, "processes")
     return GpuSample(
         index=index, name=name,
         utilization_pct=float(util["gpu"]) if util is not None else None,
@@ -232,6 +237,7 @@ def sample_from_nvml(api: NvmlApi, index: int, meminfo: Callable[[], str | None]
         throttle_reasons=throttle_reason_names(reasons) if reasons is not None else (),
         compute_capability=f"{cap[0]}.{cap[1]}" if cap else None,
         uuid=_optional(api, index, "uuid"),
+        processes=None if procs is None else tuple(GpuProcess(int(p["pid"]), p.get("used_memory")) for p in procs),
     )
 
 

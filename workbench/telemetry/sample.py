@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["MEMORY_DEVICE", "MEMORY_UNIFIED", "NO_GPU", "GpuReading", "GpuSample", "SourceName"]
+__all__ = ["MEMORY_DEVICE", "MEMORY_UNIFIED", "NO_GPU", "GpuProcess", "GpuReading", "GpuSample", "SourceName"]
 
 SourceName = Literal["nvml", "nvidia-smi", "none"]
 
@@ -18,6 +18,14 @@ MEMORY_DEVICE = "device"
 MEMORY_UNIFIED = "unified (/proc/meminfo)"
 
 NO_GPU = "no NVIDIA GPU"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process with a CUDA context on a GPU, and the GPU memory it holds (None where NVML does not say)."""
+
+    pid: int
+    used_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class GpuSample:
     throttle_reasons: tuple[str, ...] = ()
     compute_capability: str | None = None
     uuid: str | None = None
+    # The compute processes on this GPU; None where they were not read (nvidia-smi, old recordings).
+    processes: tuple[GpuProcess, ...] | None = None
 
     @property
     def memory_used_pct(self) -> float | None:
@@ -65,12 +75,15 @@ class GpuSample:
         d = asdict(self)
         d["throttle_reasons"] = list(self.throttle_reasons)
         d["memory_used_pct"] = self.memory_used_pct
+        d["processes"] = None if self.processes is None else [asdict(p) for p in self.processes]
         return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuSample:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["throttle_reasons"] = tuple(known.get("throttle_reasons") or ())
+        if known.get("processes") is not None:
+            known["processes"] = tuple(GpuProcess(**p) for p in known["processes"])
         return cls(**known)
 
 

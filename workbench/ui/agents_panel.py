@@ -9,7 +9,7 @@ from workbench.agents.harnesses import HARNESSES, connection_for, render_harness
 from workbench.agents.verify import ExpectedParsers, VerifyReport, verify_endpoint
 from workbench.errors import WorkbenchError
 
-_OUTCOME = {"pass": "✅ pass", "fail": "❌ fail", "not_applicable": "➖ not applicable"}
+_OUTCOME = {"pass": "pass", "fail": "FAIL", "not_applicable": "not applicable"}
 _LANGUAGE = {"json": "json", "yaml": "yaml", "toml": None, "python": "python"}
 
 

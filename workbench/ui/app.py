@@ -19,6 +19,7 @@ import gradio as gr
 
 from workbench._version import __version__
 from workbench.errors import InputError, WorkbenchError
+from workbench.experiment.results import EXPERIMENTS_DIR
 from workbench.metrics import SharedPoller
 from workbench.recipes import load_catalog, recipe_for_hardware
 from workbench.server.hardware import detect
@@ -51,9 +52,11 @@ class WorkbenchApp:
     blocks: gr.Blocks
     slot: server_tab.ServerSlot
     poller: SharedPoller
+    # Folders the page links into (the experiments' results, their reports opened in the browser).
+    allowed_paths: tuple[str, ...] = ()
 
     def launch(self, **kwargs: Any) -> Any:
-        return self.blocks.launch(**{**LAUNCH_OPTIONS, **kwargs})
+        return self.blocks.launch(**{**LAUNCH_OPTIONS, "allowed_paths": list(self.allowed_paths), **kwargs})
 
     def close(self) -> None:
         self.blocks.close()
@@ -75,10 +78,13 @@ ExtraTab = tuple[str, Callable[[AppParts], "gr.Timer | None"]]
 
 
 def build_app(state_dir: str | Path | None = None, default_hardware: str | None = None,
-              chat_request_hook=None, extra_tab: ExtraTab | None = None) -> WorkbenchApp:
+              chat_request_hook=None, extra_tab: ExtraTab | None = None,
+              experiments_dir: str | Path | None = None) -> WorkbenchApp:
     """The app. `chat_request_hook` (see ChatSession) lets a demo or a test force
     what a random-weight model says; the default sends requests unchanged.
-    `extra_tab` adds a tab after Benchmark (the workshop's Room)."""
+    `extra_tab` adds a tab after Benchmark (the workshop's Room). `experiments_dir`:
+    where experiments' results go (default experiments/ in the current folder)."""
+    results_root = Path(experiments_dir or EXPERIMENTS_DIR).resolve()
     catalog = load_catalog()
     hardware = default_hardware or detect()
     slot = server_tab.ServerSlot(state_dir)
@@ -120,7 +126,7 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
             with gr.Tab("Benchmark", id="benchmark") as t_bench:
                 bench_tab.create_ui(server_url)
             with gr.Tab("Experiment", id="experiment") as t_experiment:
-                experiment_tab.create_ui(catalog, hardware, state_dir)
+                experiment = experiment_tab.create_ui(catalog, hardware, state_dir, results_root)
             extra_timer, tabs = None, [t_recipe, t_server, t_chat, t_throughput, t_bench, t_experiment]
             if extra_tab is not None:
                 with gr.Tab(extra_tab[0], id="extra") as t_extra:
@@ -143,6 +149,9 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
         # Restore the saved chat when its tab opens: a component in a tab that
         # was hidden at page load does not keep a value set by demo.load.
         t_chat.select(chat_tab.restore, [chat.saved, chat.chatbot], chat.chatbot, show_progress="hidden")
+        # What already holds the machine (a server the Server tab runs), said before a run is pressed.
+        t_experiment.select(experiment.check_machine, experiment.inputs, [experiment.machine, experiment.occupied],
+                            show_progress="hidden")
         for name, tab in zip((*TAB_NAMES, "extra"), tabs):
             tab.select(lambda n=name: activate(n), None, [active_tab, *timer_list], show_progress="hidden")
         pause.click(lambda: [gr.Timer(active=False) for _ in timers], None, timer_list, queue=False)
@@ -153,7 +162,7 @@ def build_app(state_dir: str | Path | None = None, default_hardware: str | None 
 
         demo.load(on_load, [chat.saved, *recipe.inputs],
                   [chat.chatbot, recipe.summary, recipe.command, recipe.docker, recipe.provenance, recipe.plan])
-    return WorkbenchApp(demo, slot, poller)
+    return WorkbenchApp(demo, slot, poller, (str(results_root),))
 
 
 # Files a view of the single-user UI may take (a saved chat, a plan): none is larger.

@@ -99,6 +99,7 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
             with gr.Column(scale=2):
                 turn = turn_panels(8, traces_side_by_side=False)
                 stats, answer, reasoning_panel, tools_panel = turn.stats, turn.answer, turn.reasoning, turn.tools
+                assert answer is not None  # asked for: the attendee's page shows it
         broadcast = gr.Textbox(visible="hidden", elem_id="attendee-broadcast")
         timer = gr.Timer(TICK_S)
 
@@ -173,7 +174,7 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
             if pending is not None:
                 chat.seen_broadcast = pending.id
                 box = f"{pending.id}\n{pending.text}"
-                note = f"📣 The presenter sent everyone a prompt: *{html.escape(pending.text[:200])}*"
+                note = f"**From the presenter**, to everyone: *{html.escape(pending.text[:200])}*"
             return strip_markdown(figures()), note, box
 
         chat_outputs = [answer, chatbot]

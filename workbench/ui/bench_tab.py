@@ -136,7 +136,9 @@ def create_ui(resolve_url) -> BenchTab:
             download = gr.DownloadButton("Download result JSON")
         with gr.Column(scale=2):
             progress = gr.Markdown("*Not run yet.*", elem_id="bench-progress")
-            table = gr.Code(label="Result", language=None, lines=22, interactive=False, elem_id="bench-table")
+            # Wrapped: its widest lines (the shape, notes) ran off the right of the column.
+            table = gr.Code(label="Result", language=None, lines=22, interactive=False, wrap_lines=True,
+                            elem_id="bench-table")
             # No initial value: a plot first drawn from an empty frame never draws its marks.
             latency_plot = gr.BarPlot(None, x="bar", y="ms", color="percentile", color_map=dict(zip(
                                       PERCENTILE_NAMES, ("#4c78a8", "#f58518", "#b279a2"))), x_label_angle=-45,
@@ -186,10 +188,10 @@ def create_ui(resolve_url) -> BenchTab:
         background = BackgroundWork(work)
         skip = gr.skip
         for p in background:
-            text = f"⚠️ **Warning before the run:** {p}" if isinstance(p, str) else _progress_text(p)
+            text = f"⚠ **Warning before the run:** {p}" if isinstance(p, str) else _progress_text(p)
             yield text, skip(), skip(), skip(), skip(), skip(), skip(), history
         if background.error is not None:
-            yield f"❌ **Benchmark failed:** {background.error}", skip(), skip(), skip(), skip(), skip(), skip(), history
+            yield f"**Benchmark failed:** {background.error}", skip(), skip(), skip(), skip(), skip(), skip(), history
             return
         sweep = background.result if preset_name == "sweep" else None
         levels = sweep.levels if sweep is not None else [background.result]
@@ -204,12 +206,12 @@ def create_ui(resolve_url) -> BenchTab:
         files = sweep.save(path) if sweep is not None else last.save(path)
         partial = next((r.partial for r in levels if r.partial is not None), None)
         bound = [str(r.config.concurrency) for r in levels if r.client_bound]
-        status = "✅ **Done.**" if partial is None else f"⚠️ **Partial result:** {partial}"
+        status = "**Done.**" if partial is None else f"⚠ **Partial result:** {partial}"
         if bound:
             status += f" Client-bound at concurrency {', '.join(bound)}: the load generator lagged (see the table)."
         if last.summary.per_turn:
             status += "\n\n```\n" + format_sessions(last) + "\n```"
-        status += "".join(f"\n\n⚠️ {w}" for w in warnings)
+        status += "".join(f"\n\n⚠ {w}" for w in warnings)
         yield (status, text, latency_frame(levels), sweep_frame(levels), sessions_html(history), rows,
                str(files.get("json") or next(iter(files.values()))), history)
 

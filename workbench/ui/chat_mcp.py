@@ -22,7 +22,7 @@ from workbench.chat import ChatSession
 from workbench.chat.tools import McpConnections, McpServerSpec
 from workbench.errors import WorkbenchError
 
-__all__ = ["McpPanel", "approval_markdown", "attach_mcp", "create_mcp_panel", "saved_mcp", "saved_servers_note",
+__all__ = ["SAVED_AT", "SESSION_AT", "McpPanel", "approval_markdown", "approval_row_update", "attach_mcp", "create_mcp_panel", "saved_mcp", "saved_servers_note",
            "with_mcp", "wire_mcp_panel"]
 
 
@@ -34,6 +34,7 @@ class McpPanel:
     reconnect: gr.Button
     remove_all: gr.Button
     listing: gr.Markdown
+    approval_row: gr.Row  # shown only while a call waits for an answer
     approval_note: gr.Markdown
     approve_once: gr.Button
     approve_always: gr.Button
@@ -43,7 +44,8 @@ class McpPanel:
 def create_mcp_panel(allow_add: bool = True) -> McpPanel:
     """The panel's components (call inside the Chat tab's layout)."""
     connections = gr.State(None, delete_callback=_close)
-    with gr.Row(elem_id="mcp-approval"):
+    # Hidden (but in the page, so its note can be read) until a call waits: the buttons mean nothing before.
+    with gr.Row(elem_id="mcp-approval", visible="hidden") as approval_row:
         approval_note = gr.Markdown("", elem_id="mcp-approval-note")
         approve_once = gr.Button("Approve once", elem_id="mcp-approve-once", size="sm")
         approve_always = gr.Button("Always for this tool", elem_id="mcp-approve-always", size="sm")
@@ -57,8 +59,8 @@ def create_mcp_panel(allow_add: bool = True) -> McpPanel:
             remove_all = gr.Button("Remove all", elem_id="mcp-remove-all")
         listing = gr.Markdown("*No MCP server.* Each call of an MCP tool asks for your approval here first.",
                               elem_id="mcp-listing")
-    return McpPanel(connections, server, add, reconnect, remove_all, listing, approval_note, approve_once,
-                    approve_always, deny)
+    return McpPanel(connections, server, add, reconnect, remove_all, listing, approval_row, approval_note,
+                    approve_once, approve_always, deny)
 
 
 def _close(connections: object) -> None:
@@ -142,7 +144,7 @@ def approval_markdown(session: object) -> str:
     first = waiting[0]
     tool = session.tools.get(first.tool) if session.tools else None
     server = tool.source if tool is not None and tool.source else "an MCP server"
-    return (f"🔐 **Approve this MCP tool call?** `{html.escape(first.tool)}` on **{html.escape(server)}**"
+    return (f"**Approve this MCP tool call?** `{html.escape(first.tool)}` on **{html.escape(server)}**"
             + (f" ({len(waiting) - 1} more waiting)" if len(waiting) > 1 else ""))
 
 
@@ -153,8 +155,14 @@ def _answer(decision: str):
             if waiting:
                 session.approvals.answer(waiting[0].call_id, decision)
         keep = _saved_with(saved, connections, session) if isinstance(connections, McpConnections) else gr.skip()
-        return approval_markdown(session), keep
+        note = approval_markdown(session)
+        return note, approval_row_update(note), keep
     return answer
+
+
+def approval_row_update(note: str) -> Any:
+    """The approval row: shown while a call waits (its note says which), hidden otherwise."""
+    return gr.Row(visible=True if note else "hidden")
 
 
 # Adding a server runs a command on this machine: no API endpoint for it, only the page's buttons.
@@ -171,8 +179,8 @@ def wire_mcp_panel(panel: McpPanel, session: gr.State, saved: gr.BrowserState) -
                            [panel.connections, panel.listing, saved], **PRIVATE)
     # Answered while the turn's handler waits: these must not queue behind it.
     for button, decision in ((panel.approve_once, "once"), (panel.approve_always, "always"), (panel.deny, "deny")):
-        button.click(_answer(decision), [session, saved, panel.connections], [panel.approval_note, saved],
-                     queue=False, **PRIVATE)
+        button.click(_answer(decision), [session, saved, panel.connections],
+                     [panel.approval_note, panel.approval_row, saved], queue=False, **PRIVATE)
 
 
 def saved_servers_note(saved: object) -> str:
@@ -187,11 +195,17 @@ def saved_servers_note(saved: object) -> str:
             if labels else "")
 
 
+# Where the Chat tab's turn updates carry the saved chat and the session (chat_tab.run_turn's order).
+SAVED_AT, SESSION_AT = 4, 5
+
+
 def with_mcp(turn_updates: Iterator[tuple[Any, ...]], saved_before: object, connections: object) -> Iterator[tuple[Any, ...]]:
-    """The Chat tab's turn updates, plus the approval note; what they save keeps the MCP part."""
+    """The Chat tab's turn updates, plus the approval note and its row's visibility; what they
+    save keeps the MCP part."""
     for values in turn_updates:
-        keep, session = values[5], values[6]
+        keep, session = values[SAVED_AT], values[SESSION_AT]
         if isinstance(keep, dict) and "__type__" not in keep:  # a saved chat, not gr.skip()
             keep = ({**keep, "mcp": saved_mcp(saved_before)} if not isinstance(connections, McpConnections)
                     else _saved_with(keep, connections, session))
-        yield (*values[:5], keep, *values[6:], approval_markdown(session))
+        note = approval_markdown(session)
+        yield (*values[:SAVED_AT], keep, *values[SAVED_AT + 1:], note, approval_row_update(note))

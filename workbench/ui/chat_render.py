@@ -52,7 +52,7 @@ def _part_message(part: Part) -> dict:
         if part.source:
             content += f"\n**MCP server** `{part.source}`" + (f" · {part.approval}" if part.approval else "")
         if part.status == "awaiting_approval":
-            content += "\n🔐 **Waiting for your approval**: Approve once, Always for this tool, or Deny."
+            content += "\n**Waiting for your approval**: Approve once, Always for this tool, or Deny."
         if part.status in ("done", "error"):
             outcome = f"⚠ error: {part.error}" if part.error else _json(part.result)
             content += "\n**Result**\n```\n" + outcome + "\n```"
@@ -64,7 +64,7 @@ def _part_message(part: Part) -> dict:
     if isinstance(part, Answer):
         return {"role": "assistant", "content": part.text}
     if isinstance(part, NoticePart):
-        return {"role": "assistant", "content": f"ℹ️ {part.message}" + (f" {part.hint}" if part.hint else "")}
+        return {"role": "assistant", "content": f"**Note:** {part.message}" + (f" {part.hint}" if part.hint else "")}
     assert isinstance(part, ErrorPart)
     return error_message(part.message, part.hint)
 

@@ -1,5 +1,6 @@
 """Chat tab: the conversation with Thinking and tool blocks, and side panels for
-the current turn's reasoning trace, tool-call trace, answer and statistics."""
+the current turn's reasoning trace, tool-call trace and statistics (the answer is
+in the conversation; it is not repeated beside it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
@@ -38,7 +40,6 @@ class ChatTab:
     export: gr.DownloadButton
     reasoning_panel: gr.Textbox
     tools_panel: gr.Code
-    answer_panel: gr.Markdown
     stats_panel: gr.Markdown
     server_note: gr.Markdown
     options: list
@@ -131,11 +132,11 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
                     top_p = gr.Slider(0.05, 1, value=sampling["top_p"], step=0.05, label="Top p")
                 system_prompt = gr.Textbox(label="System prompt", lines=2)
         with gr.Column(scale=2):
-            panels = turn_panels(12, traces_side_by_side=True)
+            panels = turn_panels(12, traces_side_by_side=True, answer=False)
     options = [reasoning, budget, max_tokens, temperature, top_p, system_prompt, use_tools, tool_steps]
     assert controls.regenerate is not None  # asked for above
     tab = ChatTab(controls.chatbot, controls.message, controls.send, controls.stop, controls.regenerate,
-                  controls.clear, controls.export, panels.reasoning, panels.tools, panels.answer, panels.stats,
+                  controls.clear, controls.export, panels.reasoning, panels.tools, panels.stats,
                   server_note, options, saved, session, mcp)
     _wire(tab, resolve_server, request_hook)
     wire_mcp_panel(mcp, session, saved)
@@ -143,7 +144,7 @@ def create_ui(resolve_server: Callable[[], str], tools_default: bool = False, re
 
 
 def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None:
-    outputs = [tab.chatbot, tab.reasoning_panel, tab.tools_panel, tab.answer_panel, tab.stats_panel,
+    outputs: list[Any] = [tab.chatbot, tab.reasoning_panel, tab.tools_panel, tab.stats_panel,
                tab.saved, tab.session, tab.message]
 
     def run_turn(text: str, history, saved, session, *option_values, regenerate=False) -> Iterator:
@@ -153,17 +154,17 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
             session = _session_for(session, resolve_server(), saved, _options(*option_values), request_hook)
         except WorkbenchError as exc:
             failed = [{"role": "user", "content": text or ""}, error_message(exc.message, exc.hint)]
-            yield display + failed, "", "", "", "", saved, session, text
+            yield display + failed, "", "", "", saved, session, text
             return
         if regenerate:
             last_text = _drop_last_turn(session.conversation)
             display = _drop_last_display_turn(display)
             if last_text is None:
-                yield display, "", "", "", "*Nothing to regenerate.*", saved, session, ""
+                yield display, "", "", "*Nothing to regenerate.*", saved, session, ""
                 return
             text = last_text
         if not (text or "").strip():
-            yield display, gr.skip(), gr.skip(), gr.skip(), gr.skip(), saved, session, ""
+            yield display, gr.skip(), gr.skip(), gr.skip(), saved, session, ""
             return
         transcript = TurnTranscript(text)
         last = 0.0
@@ -176,12 +177,12 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
                 # Save with the statistics, so a reload right after the turn keeps it.
                 keep = ({"display": shown, "conversation": session.conversation.to_dict()}
                         if isinstance(event, TurnFinished) else gr.skip())
-                yield (shown, transcript.reasoning_text(), tools_text(transcript), transcript.answer_text(),
+                yield (shown, transcript.reasoning_text(), tools_text(transcript),
                        stats_markdown(transcript) or "*Streaming…*", keep, session, "")
         transcript.finish()
         display = display + turn_messages(transcript)
         saved = {"display": display, "conversation": session.conversation.to_dict()}
-        yield (display, transcript.reasoning_text(), tools_text(transcript), transcript.answer_text(),
+        yield (display, transcript.reasoning_text(), tools_text(transcript),
                stats_markdown(transcript), saved, session, "")
 
     def mcp_turn(text, history, saved, session, connections, *opts, regenerate=False):
@@ -198,7 +199,7 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
     def regenerate_fn(history, saved, session, connections, *opts):
         yield from mcp_turn("", history, saved, session, connections, *opts, regenerate=True)
 
-    outputs = [*outputs, tab.mcp.approval_note]
+    outputs = [*outputs, tab.mcp.approval_note, tab.mcp.approval_row]
     inputs = [tab.message, tab.chatbot, tab.saved, tab.session, tab.mcp.connections, *tab.options]
     # A workshop has many people chatting at once: don't serialise them behind
     # Gradio's default concurrency limit of 1.
@@ -209,7 +210,8 @@ def _wire(tab: ChatTab, resolve_server: Callable[[], str], request_hook) -> None
     tab.regenerate.click(regenerate_fn, inputs[1:], outputs, concurrency_limit=32, concurrency_id="chat").then(
         _export, [tab.saved, tab.session], tab.export, show_progress="hidden")
     tab.stop.click(_stop, tab.session, None, queue=False)
-    tab.clear.click(_clear, tab.session, outputs[:-2]).then(
+    cleared = [tab.chatbot, tab.reasoning_panel, tab.tools_panel, tab.stats_panel, tab.saved, tab.session]
+    tab.clear.click(_clear, tab.session, cleared).then(
         _export, [tab.saved, tab.session], tab.export, show_progress="hidden")
 
 
@@ -228,7 +230,7 @@ def _stop(session):
 def _clear(session):
     if session is not None:
         session.reset()
-    return [], "", "", "", "*No turn yet.*", {"display": [], "conversation": None}, session
+    return [], "", "", "*No turn yet.*", {"display": [], "conversation": None}, session
 
 
 def read_saved(saved: object) -> tuple[list[dict], Conversation, str | None]:

@@ -28,7 +28,7 @@ class ChatControls:
 @dataclass
 class TurnPanels:
     stats: gr.Markdown
-    answer: gr.Markdown
+    answer: gr.Markdown | None  # None where the conversation beside it already shows the answer
     reasoning: gr.Textbox
     tools: gr.Code
 
@@ -50,11 +50,12 @@ def chat_controls(height: int, *, regenerate: bool,
     return ChatControls(chatbot, message, send, stop, again, clear, export, between)
 
 
-def turn_panels(trace_lines: int, *, traces_side_by_side: bool) -> TurnPanels:
+def turn_panels(trace_lines: int, *, traces_side_by_side: bool, answer: bool = True) -> TurnPanels:
     """This turn's statistics, answer, reasoning trace and tool-call trace, in the current column.
 
     Side by side (the Chat tab's wide column) the traces come before the answer; stacked
-    (the attendee's narrower page) the answer comes first."""
+    (the attendee's narrower page) the answer comes first. `answer=False` leaves the answer
+    out (the Chat tab: its conversation shows it; a second copy made the page twice as tall)."""
     stats = gr.Markdown("*No turn yet.*", elem_id="chat-stats")
 
     def answer_panel() -> gr.Markdown:
@@ -67,11 +68,12 @@ def turn_panels(trace_lines: int, *, traces_side_by_side: bool) -> TurnPanels:
                         interactive=False, elem_id="tools-panel")
         return reasoning, tools
 
+    shown: gr.Markdown | None = None
     if traces_side_by_side:
         with gr.Row():
             reasoning, tools = traces()
-        answer = answer_panel()
+        shown = answer_panel() if answer else None
     else:
-        answer = answer_panel()
+        shown = answer_panel() if answer else None
         reasoning, tools = traces()
-    return TurnPanels(stats, answer, reasoning, tools)
+    return TurnPanels(stats, shown, reasoning, tools)

@@ -2,8 +2,10 @@
 
     HostCheck       answers only the app's own host names: a web page whose name rebinds
                     to 127.0.0.1 (DNS rebinding) gets 421, not the single-user UI
-    LoginThrottle   wrong logins (Gradio's POST .../login) slow that address down, and a
-                    lockout that ends: the right password waits at most LOGIN_MAX_S
+    LoginThrottle   wrong logins (Gradio's POST .../login) put that address on a back-off:
+                    a login that comes too soon gets 429 at once, with Retry-After, and
+                    Gradio's login page is given a script that shows the wait; the right
+                    password is refused at most LOGIN_MAX_BACKOFF_S after the last wrong one
     AttendeeGuard   the attendee app takes no files (Gradio's upload routes answer 403),
                     no request body over MAX_ATTENDEE_BODY bytes (413), and queue joins
                     (each message is one) at a bounded rate per session and per address (429),
@@ -12,21 +14,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 from collections.abc import Iterable
 from typing import Any
 
-from workbench.workshop.throttle import FailureDelay, RateLimit
+from workbench.ui.login_wait import refusal_body, with_wait_script
+from workbench.workshop.throttle import FailureBackoff, RateLimit, retry_after
 
 __all__ = ["AttendeeGuard", "HostCheck", "LoginThrottle", "allowed_hosts", "login_throttle"]
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 WILDCARDS = ("0.0.0.0", "::", "")
-# Logins: 5 wrong in 5 minutes are free; then one check per 1 s, 2 s, 4 s ... up to LOGIN_MAX_S
-# apart; an address with over a minute of attempts queued is told to come back.
-LOGIN_FREE, LOGIN_WINDOW_S, LOGIN_BASE_S, LOGIN_MAX_S, LOGIN_MAX_WAIT_S = 5, 300.0, 1.0, 30.0, 60.0
+# Logins: 5 wrong in 5 minutes are free; after the 5th the next is checked 1 s later, then
+# 2 s, 4 s ... up to LOGIN_MAX_BACKOFF_S after each wrong one; sooner ones get 429 at once.
+LOGIN_FREE, LOGIN_WINDOW_S, LOGIN_BACKOFF_S, LOGIN_MAX_BACKOFF_S = 5, 300.0, 1.0, 30.0
+# Pages larger than this are not Gradio's login page (its page is a few KiB): passed on as they come.
+MAX_PAGE_SCANNED = 1 << 20
 MAX_ATTENDEE_BODY = 256 * 1024  # a message at the room's largest limit is far below this
 # Gradio routes that take files or media from the page; the attendee app has no such input.
 # Queue joins: a message is one (its panels' refresh another); a page sends a few a minute.
@@ -53,6 +57,10 @@ def allowed_hosts(bind_host: str) -> frozenset[str] | None:
     if bind_host in WILDCARDS:
         return None
     return frozenset({*LOOPBACK_NAMES, bind_host.strip("[]").lower()})
+
+
+def _header(scope: dict[str, Any], name: bytes) -> bytes:
+    return next((v for k, v in scope.get("headers", []) if k == name), b"")
 
 
 def _host_name(headers: list[tuple[bytes, bytes]]) -> str:
@@ -91,29 +99,42 @@ def _is_loopback_ip(host: str) -> bool:
         return False
 
 
-def login_throttle() -> FailureDelay:
-    return FailureDelay(free=LOGIN_FREE, window_s=LOGIN_WINDOW_S, base_s=LOGIN_BASE_S, max_s=LOGIN_MAX_S,
-                        max_wait_s=LOGIN_MAX_WAIT_S)
+def login_throttle() -> FailureBackoff:
+    return FailureBackoff(free=LOGIN_FREE, window_s=LOGIN_WINDOW_S, base_s=LOGIN_BACKOFF_S,
+                          max_s=LOGIN_MAX_BACKOFF_S)
 
 
 class LoginThrottle:
-    """Slows wrong logins per client address: each POST to a path ending in /login waits
-    its turn (`FailureDelay`), and an answer other than 200 counts as a failure."""
+    """Wrong logins per client address: a POST to a path ending in /login is checked only
+    when the address's back-off allows (`FailureBackoff`), else answered 429 at once with
+    Retry-After; an answer other than 200 counts as a failure. Pages a browser opens that
+    show Gradio's login form get the script that shows the wait (`login_wait`)."""
 
-    def __init__(self, app: Any, failures: FailureDelay | None = None) -> None:
+    def __init__(self, app: Any, failures: FailureBackoff | None = None) -> None:
         self.app = app
         self.failures = failures or login_throttle()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        path = scope.get("path", "").rstrip("/")
-        if scope["type"] != "http" or scope.get("method") != "POST" or not path.endswith("/login"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
-            return
+        elif scope.get("method") == "POST" and scope.get("path", "").rstrip("/").endswith("/login"):
+            await self._login(scope, receive, send)
+        elif scope.get("method") == "GET" and b"text/html" in _header(scope, b"accept"):
+            # A page a browser opens (not its streams, nor its API calls): it may be the login form.
+            await self.app(scope, receive, _LoginPageSender(send))
+        else:
+            await self.app(scope, receive, send)
+
+    async def _login(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         address = (scope.get("client") or ("", 0))[0]
-        wait = self.failures.reserve(address)
-        if wait is None:
-            await _plain(send, 429, json.dumps({"detail": "Too many wrong logins from this address: try again in a "
-                                                          "minute."}), [(b"retry-after", b"60")])
+        wait = self.failures.admit(address)
+        if wait:
+            seconds = retry_after(wait)
+            body, content_type = refusal_body(seconds, _header(scope, b"accept").decode("latin-1"))
+            await send({"type": "http.response.start", "status": 429,
+                        "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+                                    (b"retry-after", str(seconds).encode()), (b"cache-control", b"no-store")]})
+            await send({"type": "http.response.body", "body": body})
             return
         status: list[int] = []
 
@@ -123,14 +144,43 @@ class LoginThrottle:
             await send(message)
 
         try:
-            if wait:
-                await asyncio.sleep(wait)
             await self.app(scope, receive, watch)
         finally:
             if status and status[0] != 200:
                 self.failures.failed(address)
             else:
                 self.failures.passed(address)
+
+
+class _LoginPageSender:
+    """Passes a GET's answer on, adding the wait script to an HTML page that shows Gradio's
+    login form (held until complete: such a page is one small body)."""
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.start: dict[str, Any] | None = None
+        self.body = b""
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            given = dict(message.get("headers", []))
+            if given.get(b"content-type", b"").startswith(b"text/html") and b"content-encoding" not in given:
+                self.start = message
+                return
+        elif message["type"] == "http.response.body" and self.start is not None:
+            self.body += message.get("body", b"")
+            done = not message.get("more_body", False)
+            if not done and len(self.body) <= MAX_PAGE_SCANNED:
+                return
+            start, self.start = self.start, None
+            page = with_wait_script(self.body) if done else None
+            if page is not None:
+                headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
+                start = {**start, "headers": [*headers, (b"content-length", str(len(page)).encode())]}
+            await self.send(start)
+            await self.send({**message, "body": self.body if page is None else page})
+            return
+        await self.send(message)
 
 
 class AttendeeGuard:
@@ -167,8 +217,9 @@ class AttendeeGuard:
             address = (scope.get("client") or ("", 0))[0]
             wait = self.per_session.take("s:" + self._session(scope.get("headers", []))) or self.per_address.take(address)
             if wait:
-                await _plain(send, 429, json.dumps({"detail": f"Too many messages at once: send again in {wait:.0f} s."}),
-                             [(b"retry-after", str(max(1, round(wait))).encode())])
+                await _plain(send, 429, json.dumps({"detail": f"Too many messages at once: send again in "
+                                                              f"{retry_after(wait)} s."}),
+                             [(b"retry-after", str(retry_after(wait)).encode())])
                 return
         length = next((v for k, v in scope.get("headers", []) if k == b"content-length"), None)
         if length is not None and (not length.isdigit() or int(length) > self.max_body):

@@ -99,8 +99,8 @@ def attendee_rows(snapshot: RoomSnapshot) -> list[list[Any]]:
 
 
 def check_rows(checks: list[EnvironmentCheck]) -> list[list[str]]:
-    icon = {"ok": "✅", "warning": "⚠", "missing": "❌"}
-    return [[f"{icon[c.status]} {c.name}", c.found, c.fix] for c in checks]
+    said = {"ok": "ok", "warning": "⚠ check", "missing": "MISSING"}
+    return [[f"{c.name}: {said[c.status]}", c.found, c.fix] for c in checks]
 
 
 def create_ui(room: Room, figures: Callable[[], ThroughputFigures | None], figures_error: Callable[[], str | None],

@@ -13,6 +13,10 @@ from workbench import server
 from workbench.errors import WorkbenchError
 from workbench.recipes import Catalog, LaunchPlan
 from workbench.server.cluster import node_rows
+from workbench.server.logfile import without_exit_noise
+
+# Lines of the log the tab shows (nanobind's leak report at exit folded first).
+LOG_LINES = 30
 
 
 # What a remote caller can reach, and what the handlers refuse (Gradio 6.31):
@@ -98,17 +102,27 @@ class ServerTab:
 
 
 def status_markdown(handle: server.ServerProcess | None, build_messages: list[str] | None = None,
-                    engine_note: str | None = None) -> str:
+                    engine_note: str | None = None, launching: bool = False) -> str:
     """The server's status, phase, readiness, how it failed (with the fix) or stopped.
-    `engine_note` says what the engine is when it is not the model's own (the CPU demo)."""
+    `engine_note` says what the engine is when it is not the model's own (the CPU demo);
+    `launching`: a launch is being prepared (the demo model built, weights fetched), no server yet."""
     if handle is None:
-        lines = ["**No server.** Press **Launch** to start the plan from the Recipe tab, or attach to a running server."]
+        if launching:
+            # No "ready" or "starting" here: those words are the status itself.
+            lines = ["**Preparing the launch:** vLLM starts once the model is at hand (the first launch of the "
+                     "CPU demo builds it from the packaged GGUF, about 40 s)."]
+        else:
+            lines = ["**No server.** Press **Launch** to start the plan from the Recipe tab, or attach to a "
+                     "running server."]
         if build_messages:
             lines += ["", "```", *build_messages[-6:], "```"]
         return "\n".join(lines)
-    icon = {"starting": "⏳", "ready": "✅", "failed": "❌", "stopped": "⏹"}[handle.status.value]
+    status = handle.status
     phase = handle.phase.label if handle.phase else "–"
-    lines = [f"{icon} **{handle.status.value}** · phase **{phase}** · `{handle.base_url}` · model `{handle.model}` · {handle.mode}"]
+    # A phase is where a server is now; a stopped or failed one is nowhere: say where it got to.
+    where = (f"phase **{phase}**" if status in (server.Status.STARTING, server.Status.READY)
+             else f"it had reached **{phase}**")
+    lines = [f"**{status.value}** · {where} · `{handle.base_url}` · model `{handle.model}` · {handle.mode}"]
     if handle.time_to_ready_s is not None and handle.status is server.Status.READY:
         lines.append(f"Ready in **{handle.time_to_ready_s:.1f} s**.")
     if engine_note:
@@ -174,7 +188,7 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
             head = f"**{p.engine} preset:** rendered only; the workbench launches vLLM."
         text = f"{head}\n```bash\n{p.shell_command()}\n```"
         problems = page_plan_problems(p)
-        return text + ("\n\n⚠ **Launch will refuse this plan:** " + "; ".join(problems) + "." if problems else "")
+        return text + ("\n\n**Launch will refuse this plan:** " + "; ".join(problems) + "." if problems else "")
 
     plan_state.change(show_plan, plan_state, plan_md)
 
@@ -183,11 +197,11 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
         handle = slot.current() or slot.handle
         if handle is not None and not handle.supervised:
             handle.refresh()
-        lines = handle.log_tail(30) if handle else []
+        lines = without_exit_noise(handle.log_tail(LOG_LINES * 8))[-LOG_LINES:] if handle else []
         recipe_id = (handle.plan or {}).get("recipe_id") if handle else None
         note = catalog.recipes[recipe_id].engine_note if recipe_id in catalog.recipes else None
-        return (status_markdown(handle, slot.build_messages, note), phase_rows(handle), "\n".join(lines),
-                node_table(handle))
+        return (status_markdown(handle, slot.build_messages, note, launching=slot.lock.locked()), phase_rows(handle),
+                "\n".join(lines), node_table(handle))
 
     def do_launch(plan, keep_on_exit):
         if not plan:
@@ -216,6 +230,7 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
         if handle is None:
             return (*refresh(), gr.Timer(active=True))
         handle.stop()
+        slot.handle = handle  # one found by its record too: the status then says how it ended
         return (*refresh(), gr.Timer(active=True))
 
     def do_attach(url, key):

@@ -23,7 +23,6 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
 os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "500")
 
-import asyncio  # noqa: E402
 import html  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -41,6 +40,7 @@ from workbench.ui.guards import AttendeeGuard, HostCheck, LoginThrottle, allowed
 from workbench.ui.app import VISIBILITY_JS, AppParts, WorkbenchApp, build_app  # noqa: E402
 from workbench.workshop import COOKIE_NAME, Room, RoomChat, RoomLimits, SignIn, WorkshopSettings  # noqa: E402
 from workbench.workshop.room_tools import RoomTools  # noqa: E402
+from workbench.workshop.throttle import retry_after  # noqa: E402
 
 __all__ = ["WorkshopApp", "build_workshop", "serve_workshop", "server_config", "tune_queue"]
 
@@ -173,17 +173,13 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
     async def join(request: Request, name: str = Form(""), code: str = Form("")) -> Response:
         address = request.client.host if request.client else ""
         try:
-            # Wrong codes from this address make its attempts wait their turn (no thread held).
-            wait = signin.wait_before_check(address)
-            try:
-                await asyncio.sleep(wait)
-            except asyncio.CancelledError:
-                signin.abandon(address)
-                raise
+            # Answered at once: a code that comes too soon after wrong ones is refused unchecked.
             session = room.sign_in(signin.check(name, code, address), address)
         except RoomError as exc:
-            status = 429 if "network" in exc.message else 400
-            return HTMLResponse(join_page(signin, f"{exc.message} {exc.hint or ''}", name), status_code=status)
+            page = join_page(signin, f"{exc.message} {exc.hint or ''}", name)
+            if exc.retry_after_s is None:
+                return HTMLResponse(page, status_code=400)
+            return HTMLResponse(page, status_code=429, headers={"Retry-After": str(retry_after(exc.retry_after_s))})
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE_NAME, session, httponly=True, samesite="lax", path="/")
         return response
@@ -197,7 +193,8 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
 
     app = gr.mount_gradio_app(app, presenter.blocks, path="/presenter", auth=settings.presenter_auth,
                               auth_message="The presenter's login (--presenter-auth).", show_error=False,
-                              js=VISIBILITY_JS, max_file_size=PRESENTER_MAX_FILE)
+                              js=VISIBILITY_JS, max_file_size=PRESENTER_MAX_FILE,
+                              allowed_paths=list(presenter.allowed_paths))
     app = gr.mount_gradio_app(app, attendee, path="/", auth_dependency=attendee_name, show_error=False,
                               max_file_size=0)
     app.add_middleware(JoinRedirect, signed_in=attendee_name)

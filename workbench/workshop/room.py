@@ -23,7 +23,7 @@ from typing import Any
 
 from workbench.errors import RoomError
 from workbench.workshop.signin import name_key
-from workbench.workshop.throttle import RateLimit
+from workbench.workshop.throttle import RateLimit, retry_after
 
 __all__ = ["DEFAULT_MAX_TOKENS", "Attendee", "Broadcast", "Room", "RoomLimits", "RoomSnapshot", "TurnTicket"]
 
@@ -179,7 +179,7 @@ class Room:
             wait = self._signins.take(address)
             if wait:
                 raise RoomError("Too many new names signed in from your network just now.",
-                                hint=f"Try again in {wait:.0f} s.")
+                                hint=f"Try again in {retry_after(wait)} s.", retry_after_s=wait)
             session = secrets.token_urlsafe(32)
             self._attendees[key] = Attendee(name, now, now, address=address)
             self._sessions[session] = key

@@ -2,10 +2,11 @@
 
 Names are NFKC-normalised, spaces collapsed, and refused when their letters mix
 scripts (a Cyrillic "а" in a Latin name); two names that differ only in case or
-in Latin look-alike letters are one name (`name_key`). The room code is checked
-after the address's wait (`workbench.workshop.throttle.FailureDelay`): wrong codes
-slow that address, the right code is never refused for them. Who holds which name
-(the random session in the cookie) is the room's business (room.py).
+in Latin look-alike letters are one name (`name_key`). Wrong room codes put that
+address on a back-off (`workbench.workshop.throttle.FailureBackoff`): an attempt that
+comes too soon is refused at once, unchecked, with how long to wait; the right code is
+refused at most CODE_MAX_BACKOFF_S after the last wrong one. Who holds which name (the
+random session in the cookie) is the room's business (room.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import unicodedata
 
 from workbench.errors import RoomError
-from workbench.workshop.throttle import FailureDelay
+from workbench.workshop.throttle import FailureBackoff, retry_after
 
 __all__ = ["COOKIE_NAME", "MAX_NAME_LENGTH", "SignIn", "name_key", "normalize_name"]
 
@@ -24,13 +25,13 @@ MAX_NAME_LENGTH = 40
 # Letters and digits of any script, spaces and . ' - _ : nothing a page could read as markup.
 _NAME_RE = re.compile(r"^[^\W][\w .'-]*$")
 # Wrong codes: the first FREE_FAILURES in a minute from one address (a big room's typos
-# behind one NAT) cost nothing; then that address's attempts are checked one at a time,
-# CODE_SPACING_S apart, doubling to CODE_MAX_SPACING_S; past CODE_MAX_WAIT_S queued: "busy".
+# behind one NAT) cost nothing; then that address's next code is checked CODE_BACKOFF_S
+# after its last wrong one, doubling with each to CODE_MAX_BACKOFF_S (about 30 checks a
+# minute for a guesser, and an attendee who mistypes waits a second or two).
 FREE_FAILURES = 20
 FAILURE_WINDOW_S = 60.0
-CODE_SPACING_S = 0.5
-CODE_MAX_SPACING_S = 2.0
-CODE_MAX_WAIT_S = 20.0
+CODE_BACKOFF_S = 0.5
+CODE_MAX_BACKOFF_S = 2.0
 # Scripts that are written together (Japanese mixes kanji and kana; Korean, hanja).
 _SCRIPT_FAMILY = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK", "CJK": "CJK", "KATAKANA-HIRAGANA": "CJK"}
 # Cyrillic and Greek letters drawn like Latin ones: a name written wholly in them
@@ -76,40 +77,28 @@ class SignIn:
     """Checks names and the room code. room_code None: no code is asked (only on
     loopback; the settings refuse otherwise)."""
 
-    def __init__(self, room_code: str | None, *, failures: FailureDelay | None = None) -> None:
+    def __init__(self, room_code: str | None, *, failures: FailureBackoff | None = None) -> None:
         self._code = room_code.encode() if room_code else None
-        self.failures = failures or FailureDelay(free=FREE_FAILURES, window_s=FAILURE_WINDOW_S,
-                                                 base_s=CODE_SPACING_S, max_s=CODE_MAX_SPACING_S,
-                                                 max_wait_s=CODE_MAX_WAIT_S)
+        self.failures = failures or FailureBackoff(free=FREE_FAILURES, window_s=FAILURE_WINDOW_S,
+                                                   base_s=CODE_BACKOFF_S, max_s=CODE_MAX_BACKOFF_S)
 
     @property
     def code_required(self) -> bool:
         return self._code is not None
 
-    def wait_before_check(self, client: str) -> float:
-        """Seconds this address's attempt must wait before `check` (0.0 mostly); a RoomError
-        when it already has a queue of attempts waiting (nothing is checked then)."""
-        if self._code is None:
-            return 0.0
-        wait = self.failures.reserve(client)
-        if wait is None:
-            raise RoomError("Many sign-ins with a wrong room code came from your network just now; yours was not "
-                            "checked.", hint="Wait half a minute, then try again.")
-        return wait
-
     def check(self, name: str | None, code: str | None, client: str = "") -> str:
-        """The normalised name if the code is right; else a RoomError (the failure is counted
-        for `client`). Call after waiting `wait_before_check(client)` seconds."""
+        """The normalised name if the code is right; else a RoomError: the code is wrong (counted
+        for `client`), or `client` is on a back-off after wrong codes and this attempt came too
+        soon (`retry_after_s` set, the code not checked)."""
         if self._code is None:
             return normalize_name(name)
+        wait = self.failures.admit(client)
+        if wait:
+            raise RoomError("Too many wrong room codes came from your network just now; yours was not checked.",
+                            hint=f"Wait {retry_after(wait)} s, then try again.", retry_after_s=wait)
         right = hmac.compare_digest((code or "").strip().encode(), self._code)
         if not right:
             self.failures.failed(client)
             raise RoomError("That room code is not right.", hint="Type the code exactly as the presenter shows it.")
         self.failures.passed(client)
         return normalize_name(name)
-
-    def abandon(self, client: str) -> None:
-        """The attempt `wait_before_check` reserved will not be checked (the client left)."""
-        if self._code is not None:
-            self.failures.passed(client)

@@ -2,24 +2,31 @@
 
 A room behind one NAT is one address, so nothing here locks an address out for
 good: `RateLimit` lets a room's worth of sign-ins through at once and then a
-steady trickle; `FailureDelay` leaves the first failures free, then checks an
-address's attempts one at a time, spaced further apart after each failure (so a
-guesser gets a few tries a minute), while the right answer is only ever made to
-wait its turn, never refused because others failed.
+steady trickle; `FailureBackoff` leaves the first failures free, then checks an
+address's attempts no faster than a back-off that doubles with each failure (so a
+guesser gets a few tries a minute). Both answer at once with how long to wait:
+nothing here holds a request, so a flood costs no sockets, and the right answer is
+refused at most for the back-off in force.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["FailureDelay", "RateLimit"]
+__all__ = ["FailureBackoff", "RateLimit", "retry_after"]
 
 # Addresses remembered at most; the oldest are forgotten first (a flood of spoofed
 # addresses cannot grow memory without bound).
 MAX_ADDRESSES = 10_000
+
+
+def retry_after(wait_s: float) -> int:
+    """A wait as HTTP's Retry-After says it: whole seconds, rounded up, at least 1."""
+    return max(1, math.ceil(wait_s))
 
 
 class RateLimit:
@@ -48,24 +55,28 @@ class RateLimit:
             return 0.0
 
 
-class FailureDelay:
-    """Slows an address's attempts after `free` failures within `window_s`.
+class FailureBackoff:
+    """Answers an address's attempts at once, and past `free` failures within `window_s`
+    checks them no faster than a back-off allows.
 
-    `reserve(address)` says how long this attempt must wait before it is checked
-    (0.0: at once), or None when the address already has `max_wait_s` of attempts
-    queued (refuse it as busy without checking: no answer leaks). Past the free
-    failures, attempts are spaced `base_s`, doubling with each further failure, up
-    to `max_s`; attempts made while others wait, `max_s`. Each reserved attempt ends
-    with `failed()` (counted) or `passed()`; a right one does not wipe the record (a
-    guesser could otherwise reset it)."""
+    `admit(address)` is 0.0 when this attempt may be checked now (end it with `failed()`
+    or `passed()`), else the seconds until the address's next attempt will be checked:
+    refuse this one unchecked (no answer leaks) and say how long to wait. Nothing waits
+    here, and a refused attempt moves nothing: the wait never grows from being asked.
 
-    def __init__(self, *, free: int, window_s: float, base_s: float, max_s: float, max_wait_s: float,
+    After the k-th recent failure (k >= `free`) the next check comes `base_s` * 2**(k - free)
+    later, at most `max_s`; the right answer is refused at most that long after the last
+    wrong one checked. Attempts being checked count as failures until they end (a burst
+    sent at once gets no more free checks than one sent in turn). A right answer does not
+    wipe the record (a guesser could otherwise reset it)."""
+
+    def __init__(self, *, free: int, window_s: float, base_s: float, max_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.free, self.window_s, self.base_s, self.max_s, self.max_wait_s = free, window_s, base_s, max_s, max_wait_s
+        self.free, self.window_s, self.base_s, self.max_s = free, window_s, base_s, max_s
         self._clock = clock
         self._failures: dict[str, deque[float]] = {}
-        self._next_slot: dict[str, float] = {}
-        self._pending: dict[str, int] = {}  # attempts reserved and not yet failed or passed
+        self._next_check: dict[str, float] = {}  # address -> when its next attempt may be checked
+        self._checking: dict[str, int] = {}  # attempts admitted and not yet failed or passed
         self._lock = threading.Lock()
 
     def _recent(self, address: str, now: float, *, keep: bool = False) -> deque[float]:
@@ -74,51 +85,57 @@ class FailureDelay:
             recent.popleft()
         return recent
 
-    def spacing(self, address: str) -> float:
-        """Seconds between this address's checks now (0.0 while its failures are within the free ones)."""
-        with self._lock:
-            over = len(self._recent(address, self._clock())) - self.free
+    def backoff_after(self, failures: int) -> float:
+        """Seconds from the `failures`-th recent failure to the next check (0.0 within the free ones)."""
+        over = failures - self.free
         return 0.0 if over < 0 else min(self.max_s, self.base_s * 2.0 ** over)
 
-    def reserve(self, address: str) -> float | None:
+    def admit(self, address: str) -> float:
+        """0.0: check this attempt now; else the seconds until this address's next check."""
         now = self._clock()
-        spacing = self.spacing(address)
         with self._lock:
-            pending = self._pending.get(address, 0)
-            if spacing == 0.0:
-                self._pending[address] = pending + 1
-                return 0.0
-            slot = max(now, self._next_slot.get(address, now))
-            if slot - now > self.max_wait_s:
-                return None
-            # Attempts made while others from the address are still waiting are spaced the
-            # most: a guesser sends many at once, before the failures ahead of them count.
-            self._next_slot[address] = slot + (self.max_s if pending else spacing)
-            self._pending[address] = pending + 1
-            return slot - now
+            next_check = self._next_check.get(address, now)
+            if next_check > now:
+                return next_check - now
+            self._next_check.pop(address, None)  # passed: nothing to remember
+            checking = self._checking.get(address, 0)
+            # This attempt would be failure number `would_be`: while it is checked, the
+            # next one waits as if it had failed (a burst gets no more checks than a sequence).
+            would_be = len(self._recent(address, now)) + checking + 1
+            backoff = self.backoff_after(would_be)
+            if backoff:
+                self._next_check[address] = now + backoff
+                while len(self._next_check) > MAX_ADDRESSES:
+                    self._next_check.pop(next(iter(self._next_check)))
+            self._checking[address] = checking + 1
+            return 0.0
 
     def failed(self, address: str) -> None:
-        """The reserved attempt was wrong."""
+        """The admitted attempt was wrong."""
         now = self._clock()
         with self._lock:
             self._release(address)
-            self._recent(address, now, keep=True).append(now)
+            recent = self._recent(address, now, keep=True)
+            recent.append(now)
+            backoff = self.backoff_after(len(recent))
+            if backoff:
+                self._next_check[address] = max(self._next_check.get(address, now), now + backoff)
             while len(self._failures) > MAX_ADDRESSES:
                 old = next(iter(self._failures))
                 self._failures.pop(old)
-                self._next_slot.pop(old, None)
+                self._next_check.pop(old, None)
 
     def passed(self, address: str) -> None:
-        """The reserved attempt was right, or never checked (the client left)."""
+        """The admitted attempt was right, or never checked (the client left)."""
         with self._lock:
             self._release(address)
 
     def _release(self, address: str) -> None:
-        left = self._pending.get(address, 0) - 1
+        left = self._checking.get(address, 0) - 1
         if left > 0:
-            self._pending[address] = left
+            self._checking[address] = left
         else:
-            self._pending.pop(address, None)
+            self._checking.pop(address, None)
 
     def failures(self, address: str) -> int:
         with self._lock:
