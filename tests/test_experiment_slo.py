@@ -317,7 +317,7 @@ def test_the_command_line_prints_the_answer_then_the_probes_and_reuses_the_sweep
     out = tmp_path / "exp"
     done = subprocess.run([sys.executable, "-m", "workbench", "experiment", "--attach", shared_url, "--dataset",
                            str(dataset), "--concurrency", "1,2", "--requests", "2", "--slo", "tpot_p90:43",
-                           "ttft_p90:1000", "--max-concurrency", "4", "--output-dir", str(out), "--quiet"],
+                           "ttft_p90:1000", "--max-concurrency", "4", "--output-dir", str(out), "--quiet", "--quality", "off"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "WORKBENCH_STATE_DIR": str(tmp_path / "state")})
     assert done.returncode == 0, done.stderr
