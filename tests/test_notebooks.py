@@ -127,6 +127,12 @@ def _demo_servers(state_dir: Path) -> list:
             and h.mode != "attach"]
 
 
+def _spec_servers(state_dir: Path) -> list:
+    from workbench import server
+
+    return [h for h in server.list_servers(state_dir) if "--speculative-config" in h.argv]
+
+
 @pytest.mark.vllm
 def test_01_quickstart(notebook_state_dir, artifacts_dir, monkeypatch):
     nb = execute("01_quickstart", notebook_state_dir, True, artifacts_dir, monkeypatch)
@@ -195,6 +201,7 @@ def _lead_phrase(summary: dict, label: str = "ngram", baseline: str = "off") -> 
 
 @pytest.mark.vllm
 def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch):
+    demo_running = len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()])  # notebook 01's, if it ran
     nb = execute("03_speculative_decoding", notebook_state_dir, True, artifacts_dir, monkeypatch)
     text = "\n".join(_texts(nb))
     assert "Rendering for dgx_spark_gb10 (this machine: cpu)" in text
@@ -229,7 +236,9 @@ def test_03_speculative_decoding(notebook_state_dir, artifacts_dir, monkeypatch)
     assert report, text
     assert _lead_phrase(json.loads((Path(report.group(1)) / "experiment.json").read_text())) in widgets
     assert "agreement with the reference" in widgets and "at that speed" in widgets
-    assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == 1  # only the demo server runs
+    # The experiment's servers (off, ngram) were stopped; only the demo server runs, as before.
+    assert len([h for h in _demo_servers(notebook_state_dir) if h.is_alive()]) == demo_running
+    assert not [h for h in _spec_servers(notebook_state_dir) if h.is_alive()]
 
 
 @pytest.mark.vllm
