@@ -8,6 +8,7 @@ does not know is a real failed launch: vLLM refuses it and the experiment goes o
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.session_fixtures import SharedExperiment
-from workbench.experiment import load_experiment
+from workbench.experiment import ExperimentResult, load_experiment
+from workbench.experiment.slo_report import format_slo
 from workbench.server import free_port, port_free
 
 pytestmark = pytest.mark.vllm
@@ -37,9 +39,6 @@ def test_off_a_broken_flag_and_ngram(off_broken_ngram_experiment: SharedExperime
     assert not failed.levels and "--no-such-flag 3" in (failed.command or "")
     assert port_free("127.0.0.1", port), "the last server was not stopped"
 
-    # ngram beats no speculative decoding on per-user decode at concurrency 1 (prompts that repeat their input).
-    per_user = {w.concurrency: w.label for w in result.winners() if w.metric == "decode_per_user_tps"}
-    assert per_user[1] == "ngram"
     for level in result.configs[2].figures():
         # From the responses (vLLM's per-request metrics) and from /metrics: the same acceptance.
         assert level.acceptance_rate is not None and level.acceptance_rate_metrics is not None
@@ -52,12 +51,55 @@ def test_off_a_broken_flag_and_ngram(off_broken_ngram_experiment: SharedExperime
 
     summary = json.loads((folder / "experiment.json").read_text())
     assert [c["label"] for c in summary["configs"]] == ["off", "broken", "ngram"]
+    # The winner on per-user decode at each level is the faster as measured: on this shared 2-core CPU the
+    # drafter's work competes for the same cores, and ngram is often slower than off.
+    per_user = {w.concurrency: w.label for w in result.winners() if w.metric == "decode_per_user_tps"}
+    decode = {(c["label"], lv["concurrency"]): lv["decode_per_user_tps"]
+              for c in summary["configs"] for lv in c["levels"]}
+    assert per_user == {n: max(("off", "ngram"), key=lambda label: decode[(label, n)]) for n in (1, 2)}
+    _check_slo_answer(result, summary)
     assert summary["configs"][1]["status"] == "failed"
     assert "acceptance_rate_metrics" in summary["configs"][2]["levels"][0]
     assert (folder / "report.html").read_text().count("<svg") >= 3
     phases = {(p.config, p.phase) for p in seen}
     assert {("off", "launching"), ("broken", "failed"), ("ngram", "running")} <= phases
     assert any(p.eta_s is not None and p.concurrency == 2 for p in seen)
+
+
+SENTENCE = re.compile(r"^  (off|ngram) (serves (at least )?(\d+) users? within the SLO"
+                      r"|misses the SLO at concurrency 1)")
+
+
+def _check_slo_answer(result: ExperimentResult, summary: dict) -> None:
+    """The SLO search after the sweep, on the same servers: each capacity said plainly, met at its level and
+    missed (or the bound) above it, and the winner the larger capacity (which one depends on the machine's load)."""
+    lines = (format_slo(result) or "").splitlines()  # what `experiment --slo` prints first
+    assert lines and lines[0].startswith("SLO: TPOT p90 <= 120 ms; the search goes by concurrency 1 to 2"), lines
+    said = {m.group(1): m for m in (SENTENCE.match(line) for line in lines[1:3]) if m}
+    assert sorted(said) == ["ngram", "off"], lines[:4]
+    slo = summary["slo"]
+    capacities = {c["label"]: c for c in slo["capacities"]}
+    assert sorted(capacities) == ["ngram", "off"]  # the failed launch has no capacity
+    for label, capacity in capacities.items():
+        probes = slo["probes"][label]
+        assert probes and probes[0]["concurrency"] == 1 and capacity["finished"]
+        by_level = {p["concurrency"]: p for p in probes if p["verdict"] != "partial"}
+        assert all(p["reused"] for p in probes)  # the sweep's levels, not run again
+        if capacity["level"] is None:
+            assert by_level[1]["verdict"] == "missed" and "misses" in said[label].group(2)
+            continue
+        assert by_level[capacity["level"]]["verdict"] == "met" and float(said[label].group(4)) == capacity["level"]
+        if capacity["above"] is not None:
+            assert by_level[capacity["above"]]["verdict"] in ("missed", "failed", "client-bound")
+        else:
+            assert capacity["level"] == 2 and said[label].group(3)  # "at least 2": met at the bound
+    levels = {label: c["level"] or 0 for label, c in capacities.items()}
+    if levels["off"] == levels["ngram"]:
+        assert slo["winner"] is None and lines[3].startswith(("No winner", "No configuration met"))
+    else:
+        winner = max(levels, key=lambda label: levels[label])
+        assert slo["winner"] == winner and lines[3].startswith(f"Winner: {winner}")
+    assert "Probes, in the order run" in lines[5]
 
 
 def _state(folder: Path) -> dict | None:

@@ -93,6 +93,8 @@ _EXPORTS: dict[str, str] = {
     "load_experiment": "workbench.experiment",
     "new_experiment": "workbench.experiment",
     "run_experiment": "workbench.experiment",
+    "SloSearch": "workbench.experiment",
+    "parse_slos": "workbench.experiment",
     # errors: every class of the tree, so a notebook can catch exactly what it means
     "BenchError": "workbench.errors",
     "BenchShapeError": "workbench.errors",
@@ -104,6 +106,7 @@ _EXPORTS: dict[str, str] = {
     "RoomError": "workbench.errors",
     "SelectionError": "workbench.errors",
     "ToolError": "workbench.errors",
+    "WarmupEndedError": "workbench.errors",
     "WorkbenchError": "workbench.errors",
     # notebook views
     "BenchView": "workbench.notebook",
@@ -163,17 +166,20 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         RoomError,
         SelectionError,
         ToolError,
+        WarmupEndedError,
         WorkbenchError,
     )
     from workbench.experiment import (
         ExperimentConfig,
         ExperimentSettings,
         QualitySettings,
+        SloSearch,
         builtin_workload,
         configs_from_specs,
         load_dataset,
         load_experiment,
         new_experiment,
+        parse_slos,
         run_experiment,
     )
     from workbench.metrics import MetricsPoller

@@ -7,7 +7,8 @@ WorkbenchError                  a user can fix it; `hint` says how, `settings` n
 ├── LaunchError                 a server cannot be started or reached
 ├── MetricsError                /metrics cannot be read or is not a vLLM server's
 ├── BenchError                  a benchmark cannot run as configured
-│   └── BenchShapeError         the shape does not fit the server (suggests one that does)
+│   ├── BenchShapeError         the shape does not fit the server (suggests one that does)
+│   └── WarmupEndedError        the warm-up was cut short (stopped, or the server went away): nothing measured
 ├── PlannerError                the memory planner lacks what it needs (a config.json) or cannot model it
 ├── RoomError                   a workshop room refuses a sign-in or a turn (says why, and what to do)
 └── ToolError                   a tool call failed (sent back to the model)
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 __all__ = ["BenchError", "BenchShapeError", "InputError", "LaunchError", "MetricsError", "PlannerError",
-           "RecipeError", "RoomError", "SelectionError", "ToolError", "WorkbenchError"]
+           "RecipeError", "RoomError", "SelectionError", "ToolError", "WarmupEndedError", "WorkbenchError"]
 
 
 class WorkbenchError(Exception):
@@ -78,6 +79,10 @@ class BenchShapeError(BenchError):
                  settings: Iterable[str] | Mapping[str, object] = ("input_tokens",)) -> None:
         super().__init__(message, hint=hint, settings=settings)
         self.suggested_input_tokens = suggested_input_tokens
+
+
+class WarmupEndedError(BenchError):
+    """The warm-up ended early (Ctrl-C, a stop, or the server went away): nothing was measured."""
 
 
 class PlannerError(WorkbenchError):

@@ -8,7 +8,15 @@ schedules every token from the moment the request arrived:
     token i (0-based) is generated at  arrival + prompt_tokens / prefill_rate + i / decode_rate
 
 and a chunk is sent when its last token is generated. So TTFT, decode tok/s and
-E2E are known exactly (see `FixedRateServer.truth`). Modes:
+E2E are known exactly (see `FixedRateServer.truth`).
+
+With `total_decode_rate` T the streams share a decode rate, as a real engine's batch
+does: each token of a stream takes 1 / min(decode_rate, T / n) seconds, n being the
+chat requests in flight (first token pending included) when the previous token went
+out. At a steady concurrency c every stream's TPOT is then max(1 / decode_rate, c / T)
+(`shared_tpot_s`): the server's capacity under a TPOT objective is known exactly.
+
+Modes:
 
     one         one token per chunk
     several     `tokens_per_chunk` tokens per chunk (the first chunk too)
@@ -26,6 +34,11 @@ against: per chat request, in time.monotonic_ns (one clock for every process on
 Linux), when the head and the body arrived, when the first / first-output / last
 token chunk was written, and how late against its schedule the latest chunk went
 out (`max_send_lag_ns`: if that grows, the server, not the client, fell behind).
+Arrival is stamped where the socket read returned the bytes (the protocol's
+data_received), not when the handler got round to parsing them: 256 requests that
+land at once took this server ~45 ms to parse, and a schedule started after the
+parse put that queue into every truth (and into the client's "error"). The handler's
+own time is kept as `handled_ns`, so that queue still shows.
 
 `fault` makes every `fault_every`-th chat request (or answer) misbehave, to test
 that a client keeps its results: see FAULTS.
@@ -90,7 +103,7 @@ class Counters:
 @dataclass
 class FixedRateServer:
     prefill_rate: float = 2000.0  # tokens/s; 0 = no prefill delay
-    decode_rate: float = 100.0  # tokens/s; 0 = as fast as possible
+    decode_rate: float = 100.0  # tokens/s per stream (with total_decode_rate: the cap); 0 = as fast as possible
     mode: Mode = "one"
     tokens_per_chunk: int = 4
     reasoning_tokens: int = 8
@@ -105,6 +118,8 @@ class FixedRateServer:
     echo: bool = False
     # Labels of vllm:cache_config_info on /metrics (vLLM publishes its cache settings so); None: no such line.
     cache_config_labels: dict[str, str] | None = None
+    # Tokens/s shared by every request in flight (0: streams do not share); see shared_tpot_s.
+    total_decode_rate: float = 0.0
     counters: Counters = field(default_factory=Counters)
     # Per chat request, in time.monotonic_ns (one clock for all processes on Linux):
     # head_ns / arrival_ns (head and body in), first_sent_ns / first_output_sent_ns /
@@ -117,6 +132,7 @@ class FixedRateServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._chat_requests = 0
+        self._in_flight = 0  # chat requests received and not yet finished (they share total_decode_rate)
         self._hf_tokenizer: Any = None
         if self.tokenizer is not None:
             from transformers import AutoTokenizer
@@ -147,6 +163,19 @@ class FixedRateServer:
             chunk_gap_s=first * per_token,
             first_chunk_tokens=first,
         )
+
+    def shared_tpot_s(self, concurrency: int) -> float:
+        """TPOT of every stream at a steady `concurrency`, with total_decode_rate: max(1/D, c/T)."""
+        cap = 1 / self.decode_rate if self.decode_rate else 0.0
+        return max(cap, concurrency / self.total_decode_rate) if self.total_decode_rate else cap
+
+    def _token_s(self) -> float:
+        """Seconds for a stream's next token now: its own rate, or its share of the total."""
+        rate = self.decode_rate
+        if self.total_decode_rate:
+            share = self.total_decode_rate / max(1, self._in_flight)
+            rate = min(rate, share) if rate else share
+        return 1 / rate if rate else 0.0
 
     def _prefill_s(self, prompt_tokens: int) -> float:
         if self.first_token_s is not None:
@@ -184,7 +213,8 @@ class FixedRateServer:
     def in_subprocess(self) -> Iterator[str]:
         """Serve from a child process (no GIL shared with the client); yields its base URL."""
         argv = [sys.executable, "-m", "tests.helpers.fixed_rate_server", "--prefill-rate", str(self.prefill_rate),
-                "--decode-rate", str(self.decode_rate), "--mode", self.mode,
+                "--decode-rate", str(self.decode_rate), "--total-decode-rate", str(self.total_decode_rate),
+                "--mode", self.mode,
                 "--tokens-per-chunk", str(self.tokens_per_chunk), "--reasoning-tokens", str(self.reasoning_tokens),
                 "--fault-every", str(self.fault_every)]
         if self.first_token_s is not None:
@@ -218,14 +248,23 @@ class FixedRateServer:
 
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._server = self._loop.run_until_complete(self._listen())
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
         self._loop.close()
 
+    async def _listen(self) -> asyncio.base_events.Server:
+        """asyncio.start_server, with readers that stamp when their bytes came off the socket."""
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            return asyncio.StreamReaderProtocol(_StampedReader(loop=loop), self._handle, loop=loop)
+
+        return await loop.create_server(protocol, "127.0.0.1", self.port)
+
     async def serve_forever(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self._server = await self._listen()
         self.port = self._server.sockets[0].getsockname()[1]
         print(self.base_url, flush=True)
         async with self._server:
@@ -233,15 +272,18 @@ class FixedRateServer:
 
     # ------------------------------------------------------------ HTTP
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert isinstance(reader, _StampedReader)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                head_ns = time.monotonic_ns()
+                head_ns = reader.message_started_ns
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                arrived_ns = time.monotonic_ns()  # the schedule starts once the body is in
+                # The schedule starts once the body was in (off the socket), whenever this handler ran.
+                arrived_ns = reader.last_read_ns
+                reader.message_done()
                 if method == "POST" and path == "/v1/chat/completions":
                     await self._chat(writer, json.loads(body), head_ns, arrived_ns)
                 elif method == "POST" and path == "/tokenize" and self.tokenize:
@@ -319,7 +361,17 @@ class FixedRateServer:
         continuous = bool(options.get("continuous_usage_stats"))
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         prefill = self._prefill_s(prompt_tokens)
-        per_token = 1 / self.decode_rate if self.decode_rate else 0.0
+        paced = bool(self.decode_rate or self.total_decode_rate)
+        self._in_flight += 1
+        try:
+            await self._stream(writer, request, head_ns, arrived_ns, prompt_tokens, output_tokens, continuous, prefill,
+                               paced, faulty)
+        finally:
+            self._in_flight -= 1
+
+    async def _stream(self, writer: asyncio.StreamWriter, request: dict, head_ns: int, arrived_ns: int,
+                      prompt_tokens: int, output_tokens: int, continuous: bool, prefill: float, paced: bool,
+                      faulty: bool) -> None:
 
         def event(delta: dict | None, done_tokens: int, finish: str | None = None, usage_only: bool = False) -> bytes:
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": done_tokens,
@@ -337,7 +389,8 @@ class FixedRateServer:
         if self.mode == "role-first":
             writer.write(event({"role": "assistant", "content": ""}, 0))
             await writer.drain()
-        timing: dict[str, Any] = {"head_ns": head_ns, "arrival_ns": arrived_ns, "max_send_lag_ns": 0}
+        timing: dict[str, Any] = {"head_ns": head_ns, "arrival_ns": arrived_ns, "handled_ns": time.monotonic_ns(),
+                                  "max_send_lag_ns": 0}
         tag = "w"
         if self.echo:
             users = [m for m in request["messages"] if m.get("role") == "user"]
@@ -346,9 +399,10 @@ class FixedRateServer:
             timing["tag"] = tag
         done = 0
         sizes = self.chunk_sizes(output_tokens)
+        # Each token's time is read when the one before it is due (shared rate: from the requests in flight then).
+        due_ns = arrived_ns + int(prefill * 1e9) - int(self._token_s() * 1e9)
         for n, size in enumerate(sizes):
-            last_token = done + size - 1
-            due_ns = arrived_ns + int((prefill + last_token * per_token) * 1e9)
+            due_ns += sum(int(self._token_s() * 1e9) for _ in range(size))
             wait = (due_ns - time.monotonic_ns()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -372,7 +426,7 @@ class FixedRateServer:
             self.counters.spec_drafts += 1
             self.counters.spec_draft_tokens += DRAFT_TOKENS_PER_STEP_FACTOR * (size - 1)
             self.counters.spec_accepted_tokens += size - 1
-            if per_token:
+            if paced:
                 await writer.drain()
         writer.write(event({}, done, finish="length"))
         writer.write(event(None, done, usage_only=True))
@@ -387,11 +441,37 @@ class FixedRateServer:
         return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
+class _StampedReader(asyncio.StreamReader):
+    """A StreamReader that notes when bytes came off the socket (data_received feeds it at once)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self.message_started_ns = 0  # the first read of the message being handled
+        self.last_read_ns = 0
+        self._between_messages = True
+
+    def feed_data(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        if self._between_messages:
+            self.message_started_ns, self._between_messages = now, False
+        self.last_read_ns = now
+        super().feed_data(data)
+
+    def message_done(self) -> None:
+        """The handler has the whole message: the next read starts the next one (bytes already
+        buffered beyond it came with the last read)."""
+        self._between_messages = not self._buffer
+        if self._buffer:
+            self.message_started_ns = self.last_read_ns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--prefill-rate", type=float, default=0.0)
     parser.add_argument("--decode-rate", type=float, default=0.0)
+    parser.add_argument("--total-decode-rate", type=float, default=0.0,
+                        help="tokens/s shared by the requests in flight (--decode-rate caps each stream)")
     parser.add_argument("--mode", default="one", choices=["one", "several", "reasoning", "role-first"])
     parser.add_argument("--tokens-per-chunk", type=int, default=4)
     parser.add_argument("--reasoning-tokens", type=int, default=8)
@@ -405,8 +485,14 @@ def main() -> None:
     server = FixedRateServer(args.prefill_rate, args.decode_rate, args.mode, args.tokens_per_chunk,
                              args.reasoning_tokens, port=args.port, tokenize=not args.no_tokenize,
                              tokenizer=args.tokenizer, fault=args.fault, fault_every=args.fault_every,
-                             first_token_s=args.first_token_s, echo=args.echo)
-    asyncio.run(server.serve_forever())
+                             first_token_s=args.first_token_s, echo=args.echo,
+                             total_decode_rate=args.total_decode_rate)
+    try:  # as vLLM's own HTTP server: its reads of 256 requests landing at once took half as long as asyncio's
+        import uvloop
+    except ImportError:
+        asyncio.run(server.serve_forever())
+    else:
+        uvloop.run(server.serve_forever())
 
 
 if __name__ == "__main__":

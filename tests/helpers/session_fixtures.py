@@ -35,6 +35,7 @@ from workbench.experiment import (
     parse_config_text,
     run_experiment,
 )
+from workbench.experiment.slo import SloSearch, parse_slos
 from tests.helpers.vllm_servers import RunningServer, start_vllm_server
 from workbench.recipes import Selection, load_catalog, render
 from workbench.server import free_port
@@ -50,7 +51,8 @@ class SharedExperiment:
 
 @pytest.fixture(scope="session")
 def off_broken_ngram_experiment(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> SharedExperiment:
-    """off, a configuration with a flag vLLM refuses, and ngram; concurrency 1 and 2; quick quality pass."""
+    """off, a configuration with a flag vLLM refuses, and ngram; concurrency 1 and 2; an SLO search over those
+    levels; quick quality pass."""
     catalog = load_catalog()
     base = Selection(hardware="cpu")
     off, ngram = configs_from_specs("off,ngram", base, catalog)
@@ -58,6 +60,9 @@ def off_broken_ngram_experiment(demo_model_dir: Path, tmp_path_factory: pytest.T
     quality = QualitySettings("quick", agreement_prompts=3, agreement_tokens=32, accuracy_items=12)
     settings = ExperimentSettings(concurrency=[1, 2], requests_per_level=5, output_tokens=48, warmup_requests=1,
                                   quality=quality)
+    # Then the SLO search on the same servers, up to the sweep's levels: its probes are those levels, reused (no
+    # request more; notebook 03 measures a probe beyond its sweep).
+    settings.slo = SloSearch(parse_slos("tpot_p90:120"), max_concurrency=2).to_dict()
     root = tmp_path_factory.mktemp("shared-experiment")
     seen: list[ExperimentProgress] = []
     port = free_port()

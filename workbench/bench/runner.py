@@ -34,14 +34,14 @@ from workbench.bench.cache_check import fetch_cache_warnings
 from workbench.bench.client import counter_deltas, fetch_counters, fetch_model, open_connections, open_session
 from workbench.bench.config import (BenchConfig, BenchPhase, BenchProgress, ProgressCallback, chat_body, check_fits,
                                     reference_for)
-from workbench.bench.lag import LagProbe
+from workbench.bench.lag import LagProbe, collector_held_off
 from workbench.bench.load import send_load
 from workbench.bench.prompts import Prompt, PromptBuilder, TokenCounter, choose_counter
 from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult, SweepResult
 from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions, session_context_estimate
 from workbench.bench.summary import summarize
-from workbench.errors import BenchError, WorkbenchError
+from workbench.errors import BenchError, WarmupEndedError, WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
 from workbench.syncbridge import run_sync
 from workbench.telemetry import GpuPoller
@@ -244,8 +244,8 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
             warm = await send_load(session, chat_url, payload, 0, config.warmup_requests, None,
                                    min(concurrency, config.warmup_requests), None, config.seed, on_warm, should_stop)
             if warm.stopped is not None:
-                raise BenchError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
-                                     hint="Check that the server is up (its log), then run again.")
+                raise WarmupEndedError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
+                                       hint="Check that the server is up (its log), then run again.")
             if not any(r.ok for r in warm.records):
                 raise BenchError(
                     f"Every warm-up request failed; the first said: {warm.records[0].error}",
@@ -273,14 +273,15 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         gpu_start = time.time()
         gpus.start()
         try:
-            async with LagProbe() as probe:
-                if plans:
-                    outcome = await run_sessions(session, chat_url, config, model, plans, firsts.get,
-                                                 config.warmup_requests, on_record, should_stop)
-                else:
-                    outcome = await send_load(session, chat_url, payload, config.warmup_requests, config.requests,
-                                              config.duration_s, concurrency, config.request_rate, config.seed,
-                                              on_record, should_stop)
+            with collector_held_off():
+                async with LagProbe() as probe:
+                    if plans:
+                        outcome = await run_sessions(session, chat_url, config, model, plans, firsts.get,
+                                                     config.warmup_requests, on_record, should_stop)
+                    else:
+                        outcome = await send_load(session, chat_url, payload, config.warmup_requests,
+                                                  config.requests, config.duration_s, concurrency,
+                                                  config.request_rate, config.seed, on_record, should_stop)
         finally:
             gpus.stop()
             gpus.sample_once()

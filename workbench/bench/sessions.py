@@ -206,6 +206,8 @@ async def run_sessions(
                 wait = max(wait, started + turn.at_s - time.monotonic())
             if wait > 0:
                 await _sleep_at_least(wait)
+            elif number > 1:
+                await asyncio.sleep(0)  # behind the other sessions' chunks already read (see load.py's user)
             if stop_now():
                 return
             target: int | None = None

@@ -6,6 +6,8 @@
     python -m workbench experiment --hardware h200 --spec mtp --vary 'ssm32=--mamba-ssm-cache-dtype float32' \
         --vary 'ssm16=--mamba-ssm-cache-dtype float16' --quality full
     python -m workbench experiment --attach http://127.0.0.1:8000 --label mine --concurrency 1,4
+    python -m workbench experiment --hardware cpu --spec off,ngram --slo ttft_p90:500 tpot_p90:25
+    python -m workbench experiment --attach http://127.0.0.1:8000 --slo e2e_p99:8000 --slo-by rate
     python -m workbench experiment --resume experiments/20261204-181500
 
 For each configuration in turn: launch it on one port, wait until ready, warm up,
@@ -14,6 +16,10 @@ and (unless --quality off) check its answers on the same server: agreement with 
 reference configuration at temperature 0, and accuracy on an lm-eval task; then stop
 it. Results (state.json, experiment.json, report.html) are written after every level; Ctrl-C stops the running server and writes what was measured, marked
 partial (exit 130); `--resume DIR` continues it.
+
+With --slo: for each configuration, the highest concurrency (--slo-by rate: request rate) at
+which every objective holds, searched adaptively (workbench.experiment.slo); the answer
+prints first, then every probe. Without --concurrency it runs the search alone.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import TextIO
 
 from workbench.bench.goodput import parse_goodput
 from workbench.bench.results import check_output_dir
-from workbench.cli.checks import at_least
+from workbench.cli.checks import at_least, positive_float
 from workbench.cli.render import add_selection_arguments, selection_from_args
 from workbench.errors import InputError
 from workbench.experiment import (
@@ -48,6 +54,8 @@ from workbench.experiment.configs import ExperimentConfig, vary_configs
 from workbench.experiment.quality import BUILTIN_TASK, QUALITY_MODES, QualitySettings
 from workbench.experiment.results import REPORT_FILE, SUMMARY_FILE, default_output_dir
 from workbench.experiment.runner import occupancy_before
+from workbench.experiment.slo import SloSearch, parse_slos
+from workbench.experiment.slo_report import format_slo
 from workbench.recipes import Selection, load_catalog
 
 
@@ -98,8 +106,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "any task lm-eval has here, e.g. gsm8k, or a task YAML file)")
     p.add_argument("--reference", metavar="LABEL", help="the configuration the others' answers are compared with "
                    "(default: the first)")
-    p.add_argument("--concurrency", type=_levels, default=[1, 4, 16], metavar="1,4,16",
-                   help="concurrency levels of the sweep (default 1,4,16)")
+    p.add_argument("--concurrency", type=_levels, metavar="1,4,16",
+                   help="concurrency levels of the sweep (default 1,4,16; none with --slo unless given)")
     p.add_argument("--requests", type=at_least(1), help="measured requests per level "
                    "(default: the workload's prompt count, or 2 x concurrency if more)")
     p.add_argument("--osl", type=at_least(1), default=128, help="output tokens per request (default 128; "
@@ -107,6 +115,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=at_least(0), default=1, help="warm-up requests per level (default 1)")
     p.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (default 0)")
     p.add_argument("--goodput", nargs="+", metavar="KEY:VALUE", help="SLOs for goodput, e.g. ttft:500 tpot:50")
+    p.add_argument("--slo", nargs="+", metavar="FIGURE_STAT:BOUND",
+                   help="search each configuration's capacity within these objectives, e.g. ttft_p90:500 "
+                   "tpot_p90:25 (ttft, ttfo, tpot, e2e, itl in ms, at most; decode in tok/s per user, at least; "
+                   "pNN = NN %% of requests, or mean)")
+    p.add_argument("--slo-by", choices=["concurrency", "rate"], default="concurrency",
+                   help="search by concurrency (users, closed loop; default) or by request rate (Poisson arrivals)")
+    p.add_argument("--max-concurrency", type=at_least(1),
+                   help="the highest concurrency the SLO search tries (by rate: the most requests in flight; "
+                   "default 256)")
+    p.add_argument("--max-rate", type=positive_float, help="the highest request rate the search by rate tries (req/s)")
+    p.add_argument("--max-probes", type=at_least(1), help="the SLO search's probe budget per "
+                   "configuration (default 16)")
     p.add_argument("--dataset", type=Path, help="your prompts: JSONL, one {\"prompt\", \"category\", "
                    "\"output_tokens\"} a line (default: the built-in workload)")
     p.add_argument("--attach", metavar="URL", help="measure the server already running at URL (one configuration)")
@@ -182,6 +202,22 @@ def _configs(args: argparse.Namespace) -> list[ExperimentConfig]:
     return configs
 
 
+def _search(args: argparse.Namespace) -> SloSearch | None:
+    given = [flag for flag, value in (("--slo-by", args.slo_by != "concurrency" or None),
+                                      ("--max-concurrency", args.max_concurrency), ("--max-rate", args.max_rate),
+                                      ("--max-probes", args.max_probes)) if value is not None]
+    if not args.slo:
+        if given:
+            raise InputError(f"{', '.join(given)} set the SLO search, and no --slo was given.",
+                             hint="Add the objectives, e.g. --slo ttft_p90:500 tpot_p90:25, or drop "
+                             f"{', '.join(given)}.")
+        return None
+    if args.max_rate is not None and args.slo_by != "rate":
+        raise InputError("--max-rate bounds the search by rate.", hint="Add --slo-by rate, or drop --max-rate.")
+    return SloSearch(parse_slos(args.slo), args.slo_by, args.max_concurrency or 256, args.max_rate,
+                     args.max_probes or 16)
+
+
 def experiment_command(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     if args.resume:
@@ -189,10 +225,12 @@ def experiment_command(args: argparse.Namespace) -> int:
         out = args.resume
         print(f"Resuming {out}: configurations and settings as saved.", file=sys.stderr)
     else:
+        search = _search(args)
         settings = ExperimentSettings(
-            concurrency=args.concurrency, requests_per_level=args.requests, output_tokens=args.osl,
-            warmup_requests=args.warmup, temperature=args.temperature, goodput=parse_goodput(args.goodput),
-            startup_timeout_s=float(args.startup_timeout), attach_url=args.attach,
+            concurrency=args.concurrency or ([] if search else [1, 4, 16]), requests_per_level=args.requests,
+            output_tokens=args.osl, warmup_requests=args.warmup, temperature=args.temperature,
+            goodput=parse_goodput(args.goodput), startup_timeout_s=float(args.startup_timeout),
+            attach_url=args.attach, slo=None if search is None else search.to_dict(),
             quality=QualitySettings(args.quality, task=args.quality_task, reference=args.reference))
         if args.attach:
             if args.spec or args.config or args.vary:
@@ -227,9 +265,13 @@ def experiment_command(args: argparse.Namespace) -> int:
     finally:
         if progress:
             progress.end()
-    print(format_levels(result))
-    print()
-    print(format_winners(result))
+    slo = format_slo(result)
+    if slo is not None:  # the answer first
+        print(slo)
+    if result.settings.concurrency:
+        print("\n" + format_levels(result) if slo else format_levels(result))
+        print()
+        print(format_winners(result))
     quality = format_quality(result)
     if quality:
         print()

@@ -11,6 +11,9 @@
     quality_tasks/  the built-in lm-eval task, workbench_basics
     results.py    ExperimentResult: state.json, experiment.json, report.html after every level
     report.py     the self-contained HTML report, and the terminal tables
+    slo.py        the SLO search: per configuration, how many users (or req/s) within the objectives
+    slo_objectives.py  the objectives (ttft_p90:500 ...) and how a probe's requests are judged
+    slo_report.py the search shown: the answer first, then the probes; one picture per objective
     charts.py     the report's SVG line and bar charts
 
     from workbench.experiment import configs_from_specs, builtin_workload, new_experiment, run_experiment
@@ -28,9 +31,12 @@ from workbench.experiment.quality import QualityRow, QualitySettings
 from workbench.experiment.report import format_levels, format_quality, format_winners, report_html
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings, load_experiment
 from workbench.experiment.runner import ExperimentProgress, new_experiment, plan_lines, run_experiment
+from workbench.experiment.slo import Capacity, Probe, SloAnswer, SloSearch, parse_slos
+from workbench.experiment.slo_report import format_slo, slo_html
 from workbench.experiment.workloads import Workload, WorkloadPrompt, builtin_workload, load_dataset
 
 __all__ = [
+    "Capacity",
     "ConfigResult",
     "Crossover",
     "ExperimentConfig",
@@ -38,8 +44,11 @@ __all__ = [
     "ExperimentResult",
     "ExperimentSettings",
     "LevelFigures",
+    "Probe",
     "QualityRow",
     "QualitySettings",
+    "SloAnswer",
+    "SloSearch",
     "Winner",
     "Workload",
     "WorkloadPrompt",
@@ -48,16 +57,19 @@ __all__ = [
     "crossovers",
     "format_levels",
     "format_quality",
+    "format_slo",
     "format_winners",
     "level_figures",
     "load_dataset",
     "load_experiment",
     "new_experiment",
     "parse_config_text",
+    "parse_slos",
     "plan_lines",
     "render_config",
     "report_html",
     "run_experiment",
+    "slo_html",
     "vary_configs",
     "winners",
 ]

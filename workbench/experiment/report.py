@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.experiment.analysis import WINNER_METRICS, LevelFigures, Winner
 from workbench.experiment.charts import bars_svg, lines_svg
 from workbench.experiment.quality_report import LOSS_MARK, format_quality, quality_html, quality_sentences, winner_quality
+from workbench.experiment.slo_report import slo_html
 
 if TYPE_CHECKING:
     from workbench.experiment.results import ExperimentResult
@@ -188,6 +189,12 @@ th{background:#f3f3f3}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;wo
 .bad{color:#a00}.answer{background:#eef6ee;padding:8px 12px;border-left:4px solid #54a24b}"""
 
 
+def _no_answer(result: ExperimentResult) -> str:
+    if not result.settings.concurrency:
+        return "<li>No fixed concurrency levels: the SLO search above is the answer.</li>"
+    return "<li>Not enough levels measured yet.</li>"
+
+
 def report_html(result: ExperimentResult) -> str:
     figures = sorted(result.figures(), key=lambda f: (f.concurrency, f.label))
     m = result.machine
@@ -196,6 +203,7 @@ def report_html(result: ExperimentResult) -> str:
     versions = sorted({str(c.server.get("vllm_version")) for c in result.configs if c.server.get("vllm_version")})
     s = result.settings
     status = result.status + (f": {result.partial}" if result.partial else "")
+    levels_text = ", ".join(map(str, s.concurrency)) or "as the SLO search probed"
     answer = "".join(f"<li>{html.escape(x.summary)}</li>" for x in result.crossovers())
     per_user = [w for w in result.winners() if w.metric == "decode_per_user_tps"]
     answer += "".join(f"<li>Concurrency {w.concurrency}: {html.escape(w.label)} wins on per-user decode "
@@ -208,10 +216,11 @@ def report_html(result: ExperimentResult) -> str:
 <p>Machine (the client's): {html.escape(machine)}<br>vLLM: {html.escape(', '.join(versions) or 'unknown')}</p>
 <p>Workload: {html.escape(result.workload.name)}, {len(result.workload.prompts)} prompts
 ({html.escape(', '.join(result.workload.categories))}); {s.output_tokens} output tokens per request (unless the
-prompt sets its own), temperature {s.temperature:g}, concurrency {', '.join(map(str, s.concurrency))},
+prompt sets its own), temperature {s.temperature:g}, concurrency {levels_text},
 {s.warmup_requests} warm-up request(s) per level; every configuration and level sent the same prompts in the
 same order.{'' if not s.goodput else ' Goodput SLOs: ' + html.escape(json.dumps(s.goodput)) + '.'}</p>
-<div class="answer"><b>The answer</b><ul>{answer or '<li>Not enough levels measured yet.</li>'}</ul></div>
+{slo_html(result)}
+<div class="answer"><b>The answer</b><ul>{answer or _no_answer(result)}</ul></div>
 <h2>Winners per concurrency</h2>{_table(*_winners_table(result))}
 <h2>Quality beside speed</h2>{quality_html(result)}
 <h2>Each level's figures</h2>{_table(LEVEL_COLUMNS, [_level_row(f) for f in figures])}

@@ -9,7 +9,9 @@ Files in the experiment's folder:
                       the /metrics deltas), and with a quality pass its `quality` (QualityRow:
                       `agreement` with the reference: `identical_share`, `mean_common_prefix`,
                       `unit`; `accuracy`: `task`, `accuracy`, `interval_95`, `n`; `verdict`);
-                      plus the winners, the `no_loss_winners` and crossovers
+                      plus the winners, the `no_loss_winners` and crossovers; with an SLO
+                      search, `slo`: the answer first (each configuration's capacity, the
+                      winner and its lead), then every probe (workbench.experiment.slo)
     report.html       one self-contained page (workbench.experiment.report)
 """
 
@@ -34,6 +36,7 @@ from workbench.experiment.analysis import (
 )
 from workbench.experiment.configs import ExperimentConfig
 from workbench.experiment.quality import ConfigQuality, QualityRow, QualitySettings, no_loss_winners, quality_rows
+from workbench.experiment.slo import Probe, SloAnswer, SloSearch, capacity_of, compare
 from workbench.experiment.workloads import Workload
 
 __all__ = ["EXPERIMENTS_DIR", "STATE_FILE", "SUMMARY_FILE", "ConfigResult", "ConfigStatus", "ExperimentResult",
@@ -63,6 +66,10 @@ class ExperimentSettings:
     startup_timeout_s: float = 900.0
     attach_url: str | None = None
     quality: QualitySettings = field(default_factory=QualitySettings)  # off unless asked (the CLI asks quick)
+    slo: dict[str, Any] | None = None  # an SLO search after the levels: SloSearch.to_dict()
+
+    def search(self) -> SloSearch | None:
+        return None if self.slo is None else SloSearch.from_dict(self.slo)
 
     def requests_at(self, concurrency: int, prompts: int) -> int:
         if self.requests_per_level is not None:
@@ -89,6 +96,7 @@ class ConfigResult:
     levels: list[BenchResult] = field(default_factory=list)
     server: dict[str, Any] = field(default_factory=dict)  # base_url, vllm_version, time_to_ready_s
     note: str | None = None  # partial: why
+    probes: list[Probe] = field(default_factory=list)  # the SLO search's, in the order run
     quality: ConfigQuality | None = None  # the quality pass on the same server, after the sweep
 
     @property
@@ -111,7 +119,8 @@ class ConfigResult:
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "status": self.status, "command": self.command, "plan": self.plan,
                 "diagnosis": self.diagnosis, "levels": [r.to_dict() for r in self.levels], "server": self.server,
-                "note": self.note, "quality": None if self.quality is None else self.quality.to_dict()}
+                "note": self.note, "probes": [p.to_dict() for p in self.probes],
+                "quality": None if self.quality is None else self.quality.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ConfigResult:
@@ -119,6 +128,7 @@ class ConfigResult:
                    command=data.get("command"), plan=data.get("plan"), diagnosis=data.get("diagnosis"),
                    levels=[BenchResult.from_dict(r) for r in data.get("levels") or []],
                    server=data.get("server") or {}, note=data.get("note"),
+                   probes=[Probe.from_dict(p) for p in data.get("probes") or []],
                    quality=None if data.get("quality") is None else ConfigQuality.from_dict(data["quality"]))
 
 
@@ -152,6 +162,13 @@ class ExperimentResult:
     def crossovers(self) -> list[Crossover]:
         return crossovers(self.figures(), [c.label for c in self.configs if c.speculative and c.levels],
                           self.baseline())
+
+    def slo_answer(self) -> SloAnswer | None:
+        """Each configuration's capacity within the SLO, and the winner (None without a search)."""
+        search = self.settings.search()
+        if search is None:
+            return None
+        return compare([capacity_of(c.label, search, c.probes) for c in self.configs if c.status != "failed"])
 
     def to_dict(self) -> dict[str, Any]:
         return {"settings": self.settings.to_dict(), "workload": self.workload.to_dict(),
@@ -189,8 +206,12 @@ class ExperimentResult:
             if c.label in rows:
                 entry["quality"] = rows[c.label].to_dict()
             configs.append(entry)
-        return {"status": self.status, "partial": self.partial, "configs": configs,
-                "winners": [w.to_dict() for w in self.winners()],
+        out: dict[str, Any] = {"status": self.status, "partial": self.partial}
+        answer = self.slo_answer()
+        if answer is not None:  # the answer first, then every probe (figures only: records are in state.json)
+            out["slo"] = {**answer.to_dict(), "search": self.settings.slo,
+                          "probes": {c.label: [p.to_dict(records=False) for p in c.probes] for c in self.configs}}
+        return {**out, "configs": configs, "winners": [w.to_dict() for w in self.winners()],
                 "no_loss_winners": [w.to_dict() for w in self.no_loss_winners()],
                 "crossovers": [x.to_dict() for x in self.crossovers()]}
 

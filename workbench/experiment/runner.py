@@ -3,8 +3,9 @@
 For each configuration in turn: render its plan, launch it on the experiment's one
 port (or use the server at --attach URL), wait until ready, then at each concurrency
 level run the same workload through `workbench.bench.run_benchmark` (a warm-up, the
-/metrics counters read before and after the measured requests), write the results,
-and stop the server before the next configuration. With a quality pass
+/metrics counters read before and after the measured requests), then the SLO search's
+probes if one was asked for (workbench.experiment.slo decides each level), write the
+results, and stop the server before the next configuration. With a quality pass
 (ExperimentSettings.quality), the same server then answers the agreement prompts and
 lm-eval's task before it is stopped (quality_run.py).
 
@@ -34,12 +35,14 @@ from typing import Any, cast
 import httpx
 
 from workbench.bench import BenchConfig, BenchProgress, run_benchmark
-from workbench.errors import LaunchError, WorkbenchError
+from workbench.bench.results import BenchResult
+from workbench.errors import LaunchError, WarmupEndedError, WorkbenchError
 from workbench.experiment.configs import ExperimentConfig, render_config
 from workbench.experiment.occupancy import Occupancy, check_occupancy
 from workbench.experiment.quality_run import QualityProgress, guess_seconds, measure_quality
 from workbench.experiment.results import ConfigResult, ExperimentResult, ExperimentSettings
 from workbench.experiment.report import report_html
+from workbench.experiment.slo import SloSearch, Step, next_step, probes_left, run_search
 from workbench.experiment.workloads import Workload
 from workbench.recipes import Catalog, LaunchPlan
 from workbench import server
@@ -97,11 +100,12 @@ class ExperimentProgress:
     total: int | None = None
     eta_s: float | None = None
     message: str = ""
+    step: str = "level"  # "probe" while an SLO search runs (levels: its probe budget)
 
     def line(self) -> str:
         where = f"[{self.config_index}/{self.configs}] {self.config}"
         if self.concurrency is not None:
-            where += f" · concurrency {self.concurrency} (level {self.level_index}/{self.levels})"
+            where += f" · concurrency {self.concurrency} ({self.step} {self.level_index}/{self.levels})"
         count = f" {self.done}/{self.total}" if self.total else ""
         eta = "" if self.eta_s is None else f" · ETA {_clock(self.eta_s)}"
         tail = f" · {self.message}" if self.message else ""
@@ -152,6 +156,20 @@ def _level_seconds(settings: ExperimentSettings, workload: Workload, concurrency
     return rounds * _output_tokens(workload, settings) / (decode_tps / math.sqrt(concurrency))
 
 
+def _search_seconds(result: ExperimentResult, c: ConfigResult, decode_tps: float) -> float:
+    """The SLO search's probes still to run, each guessed as long as the next one."""
+    search = result.settings.search()
+    step = None if search is None else next_step(search, c.probes)
+    if search is None or step is None:
+        return 0.0
+    if step.rate:
+        requests = step.rate_requests(result.settings.requests_per_level, len(result.workload.prompts))
+        per_probe = requests / step.rate + _output_tokens(result.workload, result.settings) / decode_tps
+    else:
+        per_probe = _level_seconds(result.settings, result.workload, step.concurrency, decode_tps)
+    return probes_left(search, c.probes) * per_probe
+
+
 def _first_pace(result: ExperimentResult) -> Pace:
     return guess_pace(result.machine.get("hardware"), result.configs[0].config) if result.configs else PACES["cpu"]
 
@@ -176,12 +194,13 @@ def estimate_seconds(result: ExperimentResult, decode_tps: float | None = None,
         if result.settings.quality.on and c.quality is None:
             total += each_quality
         todo = [n for n in result.settings.concurrency if n not in c.done_levels()]
-        if not todo:
-            continue
         pace = guess_pace(result.machine.get("hardware"), c.config)
+        search_s = _search_seconds(result, c, decode_tps or pace.decode_tps)
+        if not todo and not search_s:
+            continue
         total += 0.0 if result.settings.attach_url else (launch_s or pace.launch_s)
         total += sum(_level_seconds(result.settings, result.workload, n, decode_tps or pace.decode_tps)
-                     for n in todo)
+                     for n in todo) + search_s
     return total
 
 
@@ -190,11 +209,17 @@ def plan_lines(result: ExperimentResult) -> list[str]:
     s = result.settings
     prompts = len(result.workload.prompts)
     per_level = ", ".join(f"c={n}: {s.requests_at(n, prompts)}" for n in s.concurrency)
-    lines = [f"Experiment: {len(result.configs)} configuration(s) x {len(s.concurrency)} level(s) "
-             f"(concurrency {', '.join(map(str, s.concurrency))}); requests per level {per_level} "
+    sweep = (f"{len(s.concurrency)} level(s) (concurrency {', '.join(map(str, s.concurrency))}); requests per level "
+             f"{per_level}" if s.concurrency else "an SLO search (no fixed levels); requests per probe: "
+             + (f"{s.requests_per_level} (or the concurrency, if more)" if s.requests_per_level is not None
+                else "the workload's prompts, or 2 x concurrency if more"))
+    lines = [f"Experiment: {len(result.configs)} configuration(s) x {sweep} "
              f"(+{s.warmup_requests} warm-up); workload {result.workload.name} "
              f"({prompts} prompts: {', '.join(result.workload.categories)}), {s.output_tokens} output tokens, "
              f"temperature {s.temperature:g}."]
+    search = s.search()
+    if search is not None:
+        lines.append(search.describe())
     for c in result.configs:
         done = sorted(c.done_levels())
         state = f" [{c.status}{', levels done: ' + ', '.join(map(str, done)) if done else ''}]" \
@@ -257,15 +282,16 @@ class _Run:
         self.last_diagnosis: dict[str, Any] | None = None
 
     def emit(self, index: int, c: ConfigResult, phase: str, concurrency: int | None = None, level: int = 0,
-             done: int = 0, total: int | None = None, message: str = "") -> None:
+             done: int = 0, total: int | None = None, message: str = "", probes: int | None = None) -> None:
         if self.progress is None:
             return
         eta = estimate_seconds(self.result, self.measured_tps, self.launch_s, self.quality_s)
         if self.quality_started is not None:  # the running pass (its configuration's sweep is done): what is left
             whole = self.quality_s if self.quality_s is not None else quality_seconds(self.result, self.measured_tps)
             eta += max(0.0, whole - (time.monotonic() - self.quality_started))
-        self.progress(ExperimentProgress(c.label, index, len(self.result.configs), concurrency, level,
-                                         len(self.result.settings.concurrency), phase, done, total, eta, message))
+        levels = len(self.result.settings.concurrency) if probes is None else probes
+        self.progress(ExperimentProgress(c.label, index, len(self.result.configs), concurrency, level, levels, phase,
+                                         done, total, eta, message, "level" if probes is None else "probe"))
 
     def save(self) -> None:
         self.result.save(self.directory, report_html(self.result))
@@ -382,9 +408,9 @@ class _Run:
                 level = run_benchmark(config, on_progress, self.should_stop)
             except KeyboardInterrupt as exc:
                 raise _Interrupted("interrupted (Ctrl-C)") from exc
+            except WarmupEndedError as exc:  # the warm-up was cut: interrupted, or the server went away
+                raise _Interrupted(exc.message) from exc
             except WorkbenchError as exc:
-                if "ended early" in exc.message:  # the warm-up was cut: interrupted, or the server went away
-                    raise _Interrupted(exc.message) from exc
                 c.status, c.note = "partial", f"concurrency {concurrency}: {exc.message}"
                 self.save()
                 return
@@ -400,8 +426,54 @@ class _Run:
                     raise _Interrupted(level.partial)
                 return
             self.save()
+        search = settings.search()
+        if search is not None and not self.search(index, c, handle, search):
+            return
         c.status = "done"
         self.save()
+
+    def search(self, index: int, c: ConfigResult, handle: ServerProcess, search: SloSearch) -> bool:
+        """The SLO search's probes on this server; False when one was cut short (c.note says why)."""
+        settings = self.result.settings
+        prompts = self.result.workload.bench_prompts()
+
+        def measure(step: Step, number: int) -> BenchResult:
+            if self.stopped():
+                raise _Interrupted("stopped by the user")
+            requests = (settings.requests_at(step.concurrency, len(prompts)) if step.rate is None
+                        else step.rate_requests(settings.requests_per_level, len(prompts)))
+            config = BenchConfig(url=handle.base_url, output_tokens=settings.output_tokens, concurrency=step.concurrency,
+                                 request_rate=step.rate, requests=requests, warmup_requests=settings.warmup_requests,
+                                 label=f"{c.label} @ {step.load()}", goodput=settings.goodput, prompts=prompts,
+                                 extra_body={"temperature": settings.temperature}, model=handle.model)
+
+            def on_progress(p: BenchProgress) -> None:
+                self.emit(index, c, p.phase, None if step.rate else step.concurrency, number, p.done, p.total,
+                          f"SLO search: {step.load()}", probes=search.max_probes)
+
+            try:
+                level = run_benchmark(config, on_progress, self.should_stop)
+            except KeyboardInterrupt as exc:
+                raise _Interrupted("interrupted (Ctrl-C)") from exc
+            except WarmupEndedError as exc:
+                raise _Interrupted(exc.message) from exc
+            decode = level.summary.decode_tok_s_per_user.mean
+            if decode and step.rate is None:
+                self.measured_tps = decode * math.sqrt(step.concurrency)
+            return level
+
+        def reuse(concurrency: int) -> BenchResult | None:
+            return next((r for r in c.levels if r.config.concurrency == concurrency and r.partial is None
+                         and r.config.request_rate is None), None)
+
+        ended = run_search(search, c.probes, measure, reuse, self.save)
+        if ended is None:
+            return True
+        c.status, c.note = "partial", f"SLO search: {ended}"
+        self.save()
+        if ended.startswith(("interrupted", "stopped")):
+            raise _Interrupted(ended)
+        return False
 
 
 def occupancy_before(result: ExperimentResult, catalog: Catalog, *, port: int | None = None,

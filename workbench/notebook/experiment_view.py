@@ -12,6 +12,7 @@ from workbench.experiment import ExperimentProgress, ExperimentResult, plan_line
 from workbench.experiment.analysis import WINNER_METRICS
 from workbench.experiment.charts import lines_svg
 from workbench.experiment.quality_report import LOSS_MARK, QUALITY_COLUMNS, quality_sentences, winner_quality
+from workbench.experiment.slo_report import slo_html
 from workbench.notebook.html import esc, table
 from workbench.recipes import Catalog
 
@@ -23,8 +24,9 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 
 def experiment_summary(result: ExperimentResult, report: Path | None = None) -> str:
-    """HTML: the answer, the winners, each level's figures and the trade-off curve."""
-    out = []
+    """HTML: the answer (with an SLO search, how many users each serves first), the winners, each
+    level's figures and the trade-off curve."""
+    out = [slo_html(result)]
     for x in result.crossovers():
         out.append(f"<b>{esc(x.summary)}</b><br>")
     ws = result.winners()

@@ -1,7 +1,8 @@
-"""Experiment tab: choose configurations and a sweep, see the plan, run it with progress,
-each level's figures as it finishes, the winners table (with the fastest that kept quality),
-each configuration's quality beside its speed, the curves and a link to the self-contained
-report, in a folder that is kept (experiments/<date-time>).
+"""Experiment tab: choose configurations and a sweep (and/or an SLO search), see the plan, run it
+with progress, each level's figures as it finishes, the answer (how many users each serves
+within the SLO), the winners table (with the fastest that kept quality), each configuration's
+quality beside its speed, the curves and a link to the self-contained report, in a folder
+that is kept (experiments/<date-time>).
 
 Before a run it says what already holds the machine (workbench.experiment.occupancy): on
 the CPU engine the experiment starts its own vLLM beside a running server (and says so); on
@@ -41,6 +42,8 @@ from workbench.experiment.quality import BUILTIN_TASK, QUALITY_MODES, QualitySet
 from workbench.experiment.quality_report import LOSS_MARK, NO_LOSS_COLUMN, QUALITY_COLUMNS, quality_sentences
 from workbench.experiment.results import EXPERIMENTS_DIR, REPORT_FILE, ExperimentResult, default_output_dir
 from workbench.experiment.runner import occupancy_before
+from workbench.experiment.slo import SloSearch, parse_slos
+from workbench.experiment.slo_report import slo_html
 from workbench.bench.goodput import parse_goodput
 from workbench.errors import InputError, WorkbenchError
 from workbench.ui.background import BackgroundWork
@@ -53,8 +56,10 @@ LEVEL_COLUMNS = ["configuration", "concurrency", "per-user decode tok/s", "total
                  "acceptance (responses)", "acceptance (/metrics)"]
 
 
-def _levels(text: str | None) -> list[int]:
+def _levels(text: str | None, search: bool = False) -> list[int]:
     words = [w for w in (text or "").replace(" ", "").split(",") if w]
+    if not words and search:
+        return []  # the SLO search alone
     try:
         levels = sorted({int(w) for w in words})
     except ValueError:
@@ -78,6 +83,15 @@ def _whole(text: str | None, what: str, default: int | None) -> int | None:
     return value
 
 
+def _search(slo, slo_by, max_concurrency) -> SloSearch | None:
+    if not (slo or "").strip():
+        return None
+    highest = _whole(max_concurrency, "Highest concurrency", 256) or 256
+    if slo_by == "rate":
+        return SloSearch(parse_slos(slo), "rate", highest)
+    return SloSearch(parse_slos(slo), "concurrency", highest)
+
+
 def _quality(mode, task, reference, configs) -> QualitySettings:
     reference = (reference or "").strip() or None
     if reference is not None and all(c.label != reference for c in configs):
@@ -88,14 +102,17 @@ def _quality(mode, task, reference, configs) -> QualitySettings:
 
 
 def _experiment(catalog, hardware, specs, levels, requests, osl, extra, goodput, quality="off", task="",
-                reference=""):
+                reference="", slo=None, slo_by=None, max_concurrency=None):
     extra_text = (extra or "").strip()
     base = Selection(hardware=(hardware or "").strip() or None, extra=[extra_text] if extra_text else [])
     configs = configs_from_specs(specs or "", base, catalog)
-    settings = ExperimentSettings(concurrency=_levels(levels), requests_per_level=_whole(requests, "Requests", None),
+    search = _search(slo, slo_by, max_concurrency)
+    settings = ExperimentSettings(concurrency=_levels(levels, search is not None),
+                                  requests_per_level=_whole(requests, "Requests", None),
                                   output_tokens=_whole(osl, "Output tokens", 128) or 128,
                                   goodput=parse_goodput(goodput or None),
-                                  quality=_quality(quality, task, reference, configs))
+                                  quality=_quality(quality, task, reference, configs),
+                                  slo=None if search is None else search.to_dict())
     return new_experiment(configs, settings, builtin_workload())
 
 
@@ -145,7 +162,7 @@ def curves_html(result) -> str:
             tradeoff.setdefault(f.label, []).append((f.output_tps, f.decode_per_user_tps, f"c={f.concurrency}"))
     answer = "".join(f"<p><b>{x.summary}</b></p>" for x in result.crossovers())
     answer += "".join(f"<p>{sentence}</p>" for sentence in quality_sentences(result))
-    return (answer + lines_svg(tradeoff, "total output tok/s", "per-user decode tok/s")
+    return (slo_html(result) + answer + lines_svg(tradeoff, "total output tok/s", "per-user decode tok/s")
             + lines_svg(per_user, "concurrency", "per-user decode tok/s", log_x=True))
 
 
@@ -226,6 +243,14 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
             extra = gr.Textbox("", label="Extra vllm serve flags (every configuration)", elem_id="exp-extra")
             goodput = gr.Textbox("", label="Goodput SLOs (optional)", placeholder="e.g. ttft:500 tpot:50",
                                  elem_id="exp-goodput")
+            slo = gr.Textbox("", label="SLO search (optional): how many users each serves within these",
+                             placeholder="e.g. ttft_p90:500 tpot_p90:25 (leave the levels empty to search only)",
+                             elem_id="exp-slo")
+            with gr.Row():
+                slo_by = gr.Radio(["concurrency", "rate"], value="concurrency", label="Search by",
+                                  elem_id="exp-slo-by")
+                max_concurrency = gr.Textbox("256", label="Highest concurrency (by rate: most in flight)",
+                                             elem_id="exp-max-concurrency")
             quality = gr.Dropdown(list(QUALITY_MODES), value="quick", elem_id="exp-quality",
                                   label="Quality check after each sweep (quick: about a minute per configuration "
                                   "on the CPU engine)")
@@ -254,16 +279,16 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
             report = gr.DownloadButton("Download the report (HTML)", visible=False, elem_id="exp-report")
     stop_flag = threading.Event()
 
-    def preview_plan(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
+    def preview_plan(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf, sl, sb, mc):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf, sl, sb, mc)
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         return "\n\n".join(plan_lines(experiment))
 
-    def check_machine(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
+    def check_machine(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf, sl, sb, mc):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf, sl, sb, mc)
         except WorkbenchError:
             return machine_outputs(None)  # the plan says why when it is shown or run
         return machine_outputs(occupancy_before(experiment, catalog, state_dir=state_dir))
@@ -276,9 +301,9 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
                                                              should_stop=stop_flag.is_set, state_dir=state_dir),
                                "\n\n".join(plan_lines(experiment)))
 
-    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf):
+    def run_experiment_fn(hw, sp, lv, rq, ol, ex, gp, qm, qt, rf, sl, sb, mc):
         try:
-            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf)
+            experiment = _experiment(catalog, hw, sp, lv, rq, ol, ex, gp, qm, qt, rf, sl, sb, mc)
             if (ex or "").strip():
                 check_page_flags(split_extra_flags([ex.strip()]), vllm_flag_table())
             occupancy = occupancy_before(experiment, catalog, state_dir=state_dir)
@@ -291,16 +316,19 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
             return
         yield from start(experiment)
 
-    def attach_fn(lv, rq, ol, gp, qm, qt):
+    def attach_fn(lv, rq, ol, gp, qm, qt, sl, sb, mc):
         running = find_running(state_dir)
         if running is None:
             raise gr.Error("No workbench server is running now: run the experiment, or launch one first.",
                            print_exception=False)
         try:
-            settings = ExperimentSettings(concurrency=_levels(lv), requests_per_level=_whole(rq, "Requests", None),
+            search = _search(sl, sb, mc)
+            settings = ExperimentSettings(concurrency=_levels(lv, search is not None),
+                                          requests_per_level=_whole(rq, "Requests", None),
                                           output_tokens=_whole(ol, "Output tokens", 128) or 128,
                                           goodput=parse_goodput(gp or None), attach_url=running.base_url,
-                                          quality=QualitySettings(qm or "quick", task=(qt or "").strip() or BUILTIN_TASK))
+                                          quality=QualitySettings(qm or "quick", task=(qt or "").strip() or BUILTIN_TASK),
+                                          slo=None if search is None else search.to_dict())
         except WorkbenchError as exc:
             raise gr.Error(f"{exc.message} {exc.hint or ''}", print_exception=False) from exc
         experiment = new_experiment([ExperimentConfig(f"attached ({running.model})", Selection())], settings,
@@ -312,15 +340,16 @@ def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path
         if running is not None:
             running.stop()
 
-    inputs = [hardware, specs, levels, requests, osl, extra, goodput, quality, task, reference]
+    inputs = [hardware, specs, levels, requests, osl, extra, goodput, quality, task, reference, slo, slo_by,
+              max_concurrency]
     shown = [progress, winners, quality_table, table, curves, report]
     said = [machine, occupied]
     preview.click(preview_plan, inputs, progress).then(check_machine, inputs, said)
     # Launches servers: not in the app's API (see the module docstring).
     run.click(check_machine, inputs, said).then(
         run_experiment_fn, inputs, shown, concurrency_limit=1, concurrency_id="experiment", api_visibility="private")
-    attach.click(attach_fn, [levels, requests, osl, goodput, quality, task], shown, concurrency_limit=1,
-                 concurrency_id="experiment", api_visibility="private")
+    attach.click(attach_fn, [levels, requests, osl, goodput, quality, task, slo, slo_by, max_concurrency], shown,
+                 concurrency_limit=1, concurrency_id="experiment", api_visibility="private")
     stop_server.click(stop_server_fn, None, None, api_visibility="private").then(check_machine, inputs, said)
     stop.click(stop_flag.set, None, None, api_visibility="private")
     return ExperimentTab(inputs, machine, occupied, check_machine)
