@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
+from pydantic_core import ValidationError  # what the MCP SDK's message parsing raises
+
 from workbench.chat.tools.registry import ToolRegistry
 from workbench.chat.tools.schema import Tool
 from workbench.errors import InputError, ToolError
@@ -348,6 +350,6 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = (str(exc) or type(exc).__name__).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
-    if first.endswith(":") or "validation error" in first:  # pydantic: the next line says what
+    if isinstance(exc, ValidationError) or first.endswith(":"):  # the next lines say what
         first = " ".join(text.splitlines()[:3])
     return " ".join(first.split())[:300]
