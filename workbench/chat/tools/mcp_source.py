@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from pydantic_core import ValidationError  # what the MCP SDK's message parsing raises
-
 from workbench.chat.tools.registry import ToolRegistry
 from workbench.chat.tools.schema import Tool
 from workbench.errors import InputError, ToolError
@@ -348,6 +346,9 @@ def _describe(exc: BaseException) -> str:
     """An exception as one line: the SDK nests causes in exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    # Here the MCP SDK (and pydantic with it) is loaded already; at the top it would slow every command's start.
+    from pydantic_core import ValidationError  # what the SDK's message parsing raises
+
     text = (str(exc) or type(exc).__name__).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     if isinstance(exc, ValidationError) or first.endswith(":"):  # the next lines say what
