@@ -216,7 +216,7 @@ def test_prepare_moves_the_api_key_out_of_argv(monkeypatch):
     from workbench.server.command import prepare
 
     plan = render(Selection(hardware="cpu", extra=["--api-key sk-abc --enforce-eager"]), load_catalog())
-    monkeypatch.setattr("workbench.server.command._build_local_model", lambda name, progress: Path("/nonexistent"))
+    monkeypatch.setattr("workbench.server.command.build_local", lambda name, progress: Path("/nonexistent"))
     command = prepare(plan, mode="local", python=sys.executable)
     assert "--api-key" not in command.argv and "sk-abc" not in " ".join(command.argv)
     assert command.env["VLLM_API_KEY"] == "sk-abc" and command.api_key == "sk-abc"

@@ -47,8 +47,8 @@ _EXPORTS: dict[str, str] = {
     "ServerProcess": "workbench.server",
     "attach": "workbench.server",
     "detect_hardware": "workbench.server.hardware",
-    "environment_checks": "workbench.server.preflight",
-    "day_of_checks": "workbench.server.preflight",
+    "environment_checks": "workbench.server.environment",
+    "day_of_checks": "workbench.workshop.day_of",
     "find_running": "workbench.server",
     "launch": "workbench.server",
     "list_servers": "workbench.server",
@@ -196,4 +196,5 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, provenance_rows, render
     from workbench.server import ServerProcess, attach, find_running, launch, list_servers
     from workbench.server.hardware import detect_hardware
-    from workbench.server.preflight import day_of_checks, environment_checks
+    from workbench.server.environment import environment_checks
+    from workbench.workshop.day_of import day_of_checks
