@@ -96,6 +96,7 @@ _EXPORTS: dict[str, str] = {
     # errors: every class of the tree, so a notebook can catch exactly what it means
     "BenchError": "workbench.errors",
     "BenchShapeError": "workbench.errors",
+    "BenchStopped": "workbench.errors",
     "InputError": "workbench.errors",
     "LaunchError": "workbench.errors",
     "MetricsError": "workbench.errors",
@@ -155,6 +156,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.errors import (
         BenchError,
         BenchShapeError,
+        BenchStopped,
         InputError,
         LaunchError,
         MetricsError,
