@@ -341,7 +341,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     if os.environ.get(LOOP_ENV, "uvloop") == "asyncio":
         return None
     try:
-        import uvloop
+        import uvloop  # optional: the faster loop where it is installed
     except ImportError:
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop

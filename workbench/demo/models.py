@@ -107,7 +107,7 @@ def print_progress(message: str) -> None:
 
 
 def _import_transformers() -> tuple[Any, Any]:
-    try:
+    try:  # the cpu extra's, and seconds to load: only to build a model
         import torch
         import transformers
     except ImportError as exc:

@@ -77,7 +77,7 @@ class PynvmlApi:
     """The real NVML, through nvidia-ml-py. Raises NvmlUnavailable when it cannot start."""
 
     def __init__(self) -> None:
-        try:
+        try:  # optional where no NVIDIA driver is: said, not raised
             import pynvml
         except ImportError as exc:
             raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed") from exc

@@ -219,6 +219,7 @@ class McpToolSource:
         return f"{why} (its stderr ends: {tail!r})" if tail else why
 
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
+        # The MCP SDK takes 1.1 s to load: when a server is connected, not with every command.
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
