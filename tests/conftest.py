@@ -62,3 +62,21 @@ def forcing_server(forcing_model_dir: Path, artifacts_dir: Path) -> RunningServe
     server.special_token_ids = special_token_ids(forcing_model_dir)
     yield server
     server.stop()
+
+
+# ── the fast tier: `pytest -m "not slow"` (README, "Tests") ─────────────────────────────────
+# Marked here, once, rather than file by file: a test is slow when it needs vLLM, a browser or a
+# GPU (its markers), or asks for a fixture that starts vLLM or builds a model. A test that asks for
+# a server fixture needs vLLM, so it is also marked `vllm` (select or skip them with -m).
+SERVER_FIXTURES = frozenset({"demo_server", "forcing_server"})
+BUILD_FIXTURES = frozenset({"demo_model_dir", "forcing_model_dir"})
+SLOW_MARKERS = ("vllm", "browser", "gpu", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SERVER_FIXTURES and item.get_closest_marker("vllm") is None:
+            item.add_marker(pytest.mark.vllm)
+        if fixtures & (SERVER_FIXTURES | BUILD_FIXTURES) or any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            item.add_marker(pytest.mark.slow)
