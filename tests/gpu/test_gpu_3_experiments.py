@@ -54,7 +54,8 @@ def test_ssm_cache_float32_against_float16_on_the_rehearsal(gpu_machine: Detecti
     # Without the reasoning parser the answers are the model's whole text (its template opens <think>).
     done = workbench("experiment", "--hardware", gpu_machine.hardware_id, "--rehearsal", "--features", "tool_calling",
                      "--vary", "ssm32=--mamba-ssm-cache-dtype float32",
-                     "--vary", "ssm16=--mamba-ssm-cache-dtype float16", "--concurrency", "1,16", "--osl", "64",
+                     "--vary", "ssm16=--mamba-ssm-cache-dtype float16", "--concurrency", "1", "--requests", "8",
+                     "--osl", "64",
                      "--quality", "quick", "--output-dir", str(out), "--quiet", state_dir=gpu_state_dir, timeout=590)
     report.section("experiment: the rehearsal's SSM cache, float32 against float16", done.stdout + "\n"
                    + done.stderr[-1500:])
