@@ -20,6 +20,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from workbench.errors import PlannerError
 from workbench.planner.shipped import StandIn, before_build, shipped_architecture

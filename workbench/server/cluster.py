@@ -411,8 +411,8 @@ def launch_cluster(
     nodes: list[NodeRecord] = []
     try:
         for node in command.workers:
-            spawned[node.rank], record = _spawn(node, head.state_dir)
-            nodes.append(record)
+            spawned[node.rank], node_record = _spawn(node, head.state_dir)
+            nodes.append(node_record)
     except LaunchError:
         for started in spawned.values():  # nothing ran on a worker host yet: their groups here are all
             stop_group(started.group, 10.0)
