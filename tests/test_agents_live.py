@@ -104,7 +104,7 @@ def test_qwen3_and_hermes_parsers_on_a_tiny_qwen3(tiny_qwen3_server):
 
 
 def test_day_of_checks_include_the_agent_checks(demo_server):
-    from workbench.server.preflight import agent_endpoint_checks
+    from workbench.agents.checks import agent_endpoint_checks
 
     plan = render(Selection(hardware="cpu"), load_catalog())  # renders --enable-per-request-metrics
     checks = {c.name: c for c in agent_endpoint_checks(demo_server.base_url, plan_argv=plan.argv)}

@@ -286,6 +286,7 @@ def test_results_round_trip_through_json_and_csv(tmp_path) -> None:
     assert len(rows) == 5 and rows[0].startswith("index,ok,error,input_tokens")
     assert "ttft_ms" in paths["summary_csv"].read_text()
     rows = compare_results(result, loaded)
+    assert {"requests", "TTFT mean", "output tok/s"} <= {r["metric"] for r in rows}  # the comparison has rows to judge
     assert all(r["change_pct"] in (None, 0.0) for r in rows)
     assert "B vs A" in format_comparison(result, loaded)
     text = format_result(result)

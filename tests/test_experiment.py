@@ -164,6 +164,7 @@ def test_recorded_run_ngram_wins_per_user_and_acceptance_agrees(recorded: Experi
     assert ngram[1].acceptance_rate == pytest.approx(75 / 104)
     assert ngram[1].acceptance_rate_per_request is not None and ngram[1].acceptance_rate_per_request["count"] == 4
     off = recorded.configs[0].figures()
+    assert sorted(f.concurrency for f in off) == sorted(ngram)  # a figure per level, as ngram has
     assert all(not f.speculative for f in off)
     assert recorded.baseline() == "off"
 

@@ -95,3 +95,35 @@ def test_no_import_cycle_between_modules():
     for name in sorted(graph):
         if name not in state:
             visit(name)
+
+
+def _counter():
+    """scripts/count_imports.py: the rules below, and the figures it prints for a before/after."""
+    import importlib.util  # the script is not a package: loaded from its path
+
+    spec = importlib.util.spec_from_file_location("count_imports", PACKAGE.parent / "scripts" / "count_imports.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_import_inside_a_function_says_why():
+    """Imports go at the top of a module; one deferred into a function (heavy, optional, or
+    breaking a cycle) carries a comment saying so where it is."""
+    counter = _counter()
+    silent = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+              for line, why in counter.function_imports(path) if not why]
+    assert not silent, silent
+
+
+def test_the_counter_sees_a_silent_import_and_a_said_one(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    import json\n\n\ndef g():\n    import csv  # optional here\n\n\n"
+                      "def h():\n    # heavy: only when asked\n    import math\n    import cmath\n")
+    assert _counter().function_imports(source) == [(2, False), (6, True), (11, True), (12, True)]
+
+
+def test_server_imports_neither_agents_nor_demo():
+    """The supervisor serves what a plan names; the agents' checks and the demo's builders sit above it."""
+    assert _counter().server_reaching_out(PACKAGE) == []

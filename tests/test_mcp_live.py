@@ -8,10 +8,14 @@ import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
 
+import pytest
+
 from tests.helpers.mcp_running import STDIO_COMMAND, http_mcp_server
 from workbench.cli import build_parser
 from workbench.cli.chat import chat_command
 from workbench.demo.forcing import forcing_extra_body, reasoning_then_answer, reasoning_then_tool_call
+
+pytestmark = pytest.mark.vllm  # the forcing model on vLLM's CPU build
 
 
 def _hook(server, seen):

@@ -254,7 +254,7 @@ def test_gpu_command_runs_where_gradio_and_jupyter_cannot_be_imported(tmp_path):
 
 def test_day_of_memory_check_reads_the_same_source_and_counts_the_cuda_context():
     from workbench.planner.gpu_overhead import CUDA_CONTEXT_BYTES
-    from workbench.server.preflight import memory_headroom_check
+    from workbench.server.headroom import memory_headroom_check
 
     idle = replay(PHASES["idle"][0])
     ok = memory_headroom_check(0.9, source=idle)
@@ -339,7 +339,7 @@ def test_memory_info_v2_keeps_the_drivers_reserve_apart_as_torch_sees_it():
     assert g.memory_used_bytes == 0 and g.memory_reserved_bytes == 644_939_776
     # what a new process can allocate is what torch reported free before its context
     assert g.memory_free_bytes == measured["nvml_before_cuda"]["free"] == measured["after_context"]["total"]
-    from workbench.server.preflight import memory_headroom_check
+    from workbench.server.headroom import memory_headroom_check
 
     check = memory_headroom_check(0.9, source=replay(RECORDING2["phases"]["idle"][0]))
     assert check.status == "ok" and "GPU 0: 139.8 GiB free of 139.8 GiB; vLLM wants 125.8 GiB" in check.found

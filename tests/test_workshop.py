@@ -13,9 +13,11 @@ import pytest
 
 from workbench.errors import InputError, LaunchError, RoomError, WorkbenchError
 from workbench.server.page_flags import PAGE_FLAGS, check_page_flags, page_flag_problems, parse_help
-from workbench.server.preflight import (
-    day_of_checks, docker_image_check, download_weights, memory_headroom_check, weights_check,
-)
+from workbench.server.checks import EnvironmentCheck
+from workbench.server.environment import docker_image_check
+from workbench.server.headroom import memory_headroom_check
+from workbench.server.hub import download_weights, weights_check
+from workbench.workshop.day_of import day_of_checks
 from workbench.workshop import Room, RoomLimits, SignIn, WorkshopSettings, normalize_name, settings_from
 from workbench.workshop.signin import CODE_MAX_BACKOFF_S
 
@@ -185,7 +187,6 @@ def test_weights_not_cached_says_how_to_download(tmp_path):
 
 def test_the_check_command_prints_the_download_flag_under_missing_weights(capsys):
     from workbench.cli.workshop import print_checks
-    from workbench.server.preflight import EnvironmentCheck
 
     missing = EnvironmentCheck("weights in the Hugging Face cache", "missing", "not there", "Download it.",
                                settings=("download",))

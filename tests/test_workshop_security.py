@@ -13,7 +13,10 @@ import time
 import httpx
 import pytest
 
+from workbench.chat import TurnTranscript
+from workbench.chat.transcript import Answer, ErrorPart, ToolCallPart
 from workbench.errors import InputError, RoomError, WorkbenchError
+from workbench.ui.attendee_app import _public_messages
 from workbench.workshop import Room, RoomChat, RoomLimits, SignIn, WorkshopSettings, normalize_name, settings_from
 from workbench.workshop.room import SIGNIN_BURST
 from workbench.workshop.throttle import FailureBackoff, RateLimit
@@ -250,6 +253,19 @@ def test_attendee_error_texts_carry_no_path_of_this_machine():
     said = public_text("The model `/home/u/.cache/workbench/demo/smollm2-135m-q4` does not exist.")
     assert "/home" not in said and "smollm2-135m-q4" in said
     assert public_text("see http://127.0.0.1:8000/v1/models") == "see http://127.0.0.1:8000/v1/models"
+
+
+def test_an_attendees_turn_shows_errors_without_paths_and_the_answer_as_it_came():
+
+    path = "/home/u/.cache/workbench/demo/smollm2-135m-q4"
+    transcript = TurnTranscript(user_text="hi", parts=[
+        Answer(0, f"Your file is at {path}."),  # the model's words are the attendee's own business
+        ToolCallPart(0, 0, "c1", "read", status="error", error=f"no such file {path}"),
+        ErrorPart(f"The model `{path}` does not exist.", hint="Check the Server tab.")])
+    user, answer, tool, error = _public_messages(transcript)
+    assert user["content"] == "hi" and path in answer["content"]
+    assert path not in tool["content"] and "smollm2-135m-q4" in tool["content"]
+    assert path not in error["content"] and "does not exist" in error["content"]
 
 
 # ── passwords ─────────────────────────────────────────────────────────────

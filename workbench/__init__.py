@@ -47,8 +47,8 @@ _EXPORTS: dict[str, str] = {
     "ServerProcess": "workbench.server",
     "attach": "workbench.server",
     "detect_hardware": "workbench.server.hardware",
-    "environment_checks": "workbench.server.preflight",
-    "day_of_checks": "workbench.server.preflight",
+    "environment_checks": "workbench.server.environment",
+    "day_of_checks": "workbench.workshop.day_of",
     "find_running": "workbench.server",
     "launch": "workbench.server",
     "list_servers": "workbench.server",
@@ -98,6 +98,7 @@ _EXPORTS: dict[str, str] = {
     # errors: every class of the tree, so a notebook can catch exactly what it means
     "BenchError": "workbench.errors",
     "BenchShapeError": "workbench.errors",
+    "BenchStopped": "workbench.errors",
     "InputError": "workbench.errors",
     "LaunchError": "workbench.errors",
     "MetricsError": "workbench.errors",
@@ -106,7 +107,6 @@ _EXPORTS: dict[str, str] = {
     "RoomError": "workbench.errors",
     "SelectionError": "workbench.errors",
     "ToolError": "workbench.errors",
-    "WarmupEndedError": "workbench.errors",
     "WorkbenchError": "workbench.errors",
     # notebook views
     "BenchView": "workbench.notebook",
@@ -158,6 +158,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.errors import (
         BenchError,
         BenchShapeError,
+        BenchStopped,
         InputError,
         LaunchError,
         MetricsError,
@@ -166,7 +167,6 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         RoomError,
         SelectionError,
         ToolError,
-        WarmupEndedError,
         WorkbenchError,
     )
     from workbench.experiment import (
@@ -202,4 +202,5 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, provenance_rows, render
     from workbench.server import ServerProcess, attach, find_running, launch, list_servers
     from workbench.server.hardware import detect_hardware
-    from workbench.server.preflight import day_of_checks, environment_checks
+    from workbench.server.environment import environment_checks
+    from workbench.workshop.day_of import day_of_checks

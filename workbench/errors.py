@@ -8,23 +8,40 @@ WorkbenchError                  a user can fix it; `hint` says how, `settings` n
 ├── MetricsError                /metrics cannot be read or is not a vLLM server's
 ├── BenchError                  a benchmark cannot run as configured
 │   ├── BenchShapeError         the shape does not fit the server (suggests one that does)
-│   └── WarmupEndedError        the warm-up was cut short (stopped, or the server went away): nothing measured
+│   └── BenchStopped            the load was stopped before anything was measured (`reason`)
 ├── PlannerError                the memory planner lacks what it needs (a config.json) or cannot model it
 ├── RoomError                   a workshop room refuses a sign-in or a turn (says why, and what to do)
 └── ToolError                   a tool call failed (sent back to the model)
 
 Errors from lower libraries are translated where they happen (`raise ... from exc`);
 the CLI prints message and hint, the UIs show them, nothing shows a traceback.
+Why work ended early is a `StopReason`, decided where the stop happens: code branches on
+it, never on a message's wording (messages are for people; tests/test_wording.py checks).
 The library says a setting in words and names it in `settings` (a BenchConfig field, a
 serve option); each front end says where that setting lives (the CLI its flag: cli/hints.py).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 
-__all__ = ["BenchError", "BenchShapeError", "InputError", "LaunchError", "MetricsError", "PlannerError",
-           "RecipeError", "RoomError", "SelectionError", "ToolError", "WarmupEndedError", "WorkbenchError"]
+__all__ = ["BenchError", "BenchShapeError", "BenchStopped", "InputError", "LaunchError", "MetricsError",
+           "PlannerError", "RecipeError", "RoomError", "SelectionError", "StopReason", "ToolError",
+           "WorkbenchError"]
+
+
+class StopReason(str, enum.Enum):
+    """Why work (a benchmark's load, an experiment, a wait for a server) ended before its end."""
+
+    USER = "user"  # asked to stop: a Stop button, `should_stop()` or `stop()` turned True
+    INTERRUPTED = "interrupted"  # Ctrl-C (KeyboardInterrupt, or the task was cancelled)
+    SERVER_GONE = "server_gone"  # the server stopped accepting connections
+
+    @property
+    def by_user(self) -> bool:
+        """Did a person end it (a Stop button, Ctrl-C), rather than the server going away?"""
+        return self is not StopReason.SERVER_GONE
 
 
 class WorkbenchError(Exception):
@@ -81,8 +98,12 @@ class BenchShapeError(BenchError):
         self.suggested_input_tokens = suggested_input_tokens
 
 
-class WarmupEndedError(BenchError):
-    """The warm-up ended early (Ctrl-C, a stop, or the server went away): nothing was measured."""
+class BenchStopped(BenchError):
+    """The load was stopped before anything was measured (during the warm-up); `reason` says why."""
+
+    def __init__(self, message: str, *, reason: StopReason, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reason = reason
 
 
 class PlannerError(WorkbenchError):

@@ -15,6 +15,8 @@ import re
 import aiohttp
 
 from workbench.bench.client import CONNECTION_ERRORS
+from workbench.recipes import load_catalog
+from workbench.recipes.known_issues import known_issue_entries
 
 __all__ = ["CACHE_KNOWN_ISSUE_CHECK", "cache_config", "fetch_cache_warnings", "session_cache_warnings"]
 
@@ -36,9 +38,6 @@ def cache_config(metrics_text: str) -> dict[str, str] | None:
 
 def _known_issue_lines(mamba_cache_mode: str) -> list[str]:
     """The recipe entries of the session-cache check whose flags this cache mode meets."""
-    from workbench.recipes import load_catalog
-    from workbench.recipes.known_issues import known_issue_entries
-
     try:
         catalog = load_catalog()
     except Exception as exc:  # the warning is advice; a broken catalog must not stop a benchmark

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from workbench.bench.records import ChunkKind, RequestRecord
+from workbench.bench.records import ChunkKind, RequestFailure, RequestRecord
 from workbench.bench.summary import ServerCounters
 from workbench.errors import LaunchError, MetricsError
 from workbench.server.probe import parse_model_list
@@ -208,7 +208,7 @@ class _StreamReader:
             _take_usage(record, parsed["usage"])
             _take_spec_metrics(record, parsed.get("metrics"))
         elif kind is ChunkKind.ERROR and parsed is not None:
-            record.error = f"the server sent an error event: {_error_text(parsed)}"
+            record.fail(RequestFailure.ERROR_EVENT, f"the server sent an error event: {_error_text(parsed)}")
         record.add_event(now, kind)
 
     def finish(self) -> None:
@@ -240,7 +240,7 @@ async def stream_request(
                 record.start_ns = body.sent_ns
             if response.status != 200:
                 text = (await response.read()).decode(errors="replace")
-                record.error = f"HTTP {response.status}: {text[:300]}"
+                record.fail(RequestFailure.HTTP_STATUS, f"HTTP {response.status}: {text[:300]}")
                 return record
             async for raw in response.content.iter_any():
                 reader.feed(raw, time.monotonic_ns())
@@ -250,19 +250,20 @@ async def stream_request(
                 reader.feed(b"\n", time.monotonic_ns())  # a last line without its newline
             reader.finish()
     except StreamShapeError as exc:
-        record.error = str(exc)
+        record.fail(RequestFailure.STREAM_SHAPE, str(exc))
     except aiohttp.ClientConnectorError as exc:
-        record.error = f"{CONNECT_FAILED}: {exc}"
+        record.fail(RequestFailure.CONNECT, f"{CONNECT_FAILED}: {exc}")
     except CONNECTION_ERRORS as exc:
-        record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        record.fail(RequestFailure.CONNECTION, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     except (ValueError, KeyError, IndexError, TypeError) as exc:  # a content chunk kept for history, misshapen
-        record.error = f"a content chunk of the wrong shape ({type(exc).__name__}: {exc})"
+        record.fail(RequestFailure.STREAM_SHAPE, f"a content chunk of the wrong shape ({type(exc).__name__}: {exc})")
     finally:
         record.end_ns = time.monotonic_ns()
         if body.sent_ns is not None:
             record.start_ns = body.sent_ns
     if record.error is None and record.completion_tokens is None:
-        record.error = "the stream ended without a usage chunk (is stream_options.include_usage supported?)"
+        record.fail(RequestFailure.NO_USAGE,
+                    "the stream ended without a usage chunk (is stream_options.include_usage supported?)")
     return record
 
 

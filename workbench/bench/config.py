@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from workbench.bench.goodput import parse_goodput
 from workbench.errors import BenchError, BenchShapeError, SelectionError
 from workbench.urls import normalize_base_url
 
@@ -112,8 +113,6 @@ class BenchConfig:
             said = list(dict.fromkeys(problems.values()))  # one problem can name two settings
             raise BenchError("Invalid benchmark settings: " + "; ".join(said) + ".", settings=tuple(problems))
         if self.goodput is not None:
-            from workbench.bench.goodput import parse_goodput
-
             self.goodput = parse_goodput(self.goodput)
 
     def _session_problems(self) -> dict[str, str]:

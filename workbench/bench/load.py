@@ -16,26 +16,46 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from workbench.bench.client import CONNECT_FAILED, stream_request
-from workbench.bench.records import RequestRecord
+from workbench.bench.client import stream_request
+from workbench.bench.records import RequestFailure, RequestRecord
+from workbench.errors import StopReason
 
-__all__ = ["LoadOutcome", "run_until_done", "send_load"]
+__all__ = ["LoadOutcome", "LoadStop", "run_until_done", "send_load", "stop_for"]
 
 # index -> (request JSON, target input tokens); built before the request's clock starts.
 PayloadFactory = Callable[[int], Awaitable[tuple[bytes, int | None]]]
 
 
+@dataclass(frozen=True)
+class LoadStop:
+    """Why the load ended early: the reason to branch on, and the words to show."""
+
+    reason: StopReason
+    message: str
+
+
+def stop_for(record: RequestRecord) -> LoadStop | None:
+    """The stop a finished request calls for: the server no longer accepts connections."""
+    if record.failure is RequestFailure.CONNECT:
+        return LoadStop(StopReason.SERVER_GONE, f"the server stopped accepting connections ({record.error})")
+    return None
+
+
+USER_STOP = LoadStop(StopReason.USER, "stopped by the user")
+
+
 @dataclass
 class LoadOutcome:
     records: list[RequestRecord]  # finished requests, by index
-    stopped: str | None  # why the load ended early; None when it ran to its end
+    stopped: LoadStop | None  # why the load ended early; None when it ran to its end
     in_flight_dropped: int = 0  # requests cut off by the stop (not in `records`)
 
 
-async def run_until_done(start: Callable[[list[asyncio.Task[None]]], Awaitable[None]], stopped: list[str]) -> None:
+async def run_until_done(start: Callable[[list[asyncio.Task[None]]], Awaitable[None]],
+                         stopped: list[LoadStop]) -> None:
     """Await `start` (it adds the load's tasks to the list) and then every task.
 
-    Ctrl-C cancels this task: it is taken as a stop, not an error ("interrupted" goes
+    Ctrl-C cancels this task: it is taken as a stop, not an error (INTERRUPTED goes
     into `stopped`), the unfinished requests are cancelled and what finished stays."""
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -45,7 +65,7 @@ async def run_until_done(start: Callable[[list[asyncio.Task[None]]], Awaitable[N
         current = asyncio.current_task()
         if current is not None:
             current.uncancel()  # handled here: the finished records are the result
-        stopped.append("interrupted (Ctrl-C)")
+        stopped.append(LoadStop(StopReason.INTERRUPTED, "interrupted (Ctrl-C)"))
     finally:
         pending = [t for t in tasks if not t.done()]
         for task in pending:
@@ -70,7 +90,7 @@ async def send_load(
     deadline = None if duration_s is None else time.monotonic() + duration_s
     next_index = first_index
     end_index = None if count is None else first_index + count
-    stopped: list[str] = []
+    stopped: list[LoadStop] = []
 
     def take() -> int | None:
         nonlocal next_index
@@ -79,7 +99,7 @@ async def send_load(
         if deadline is not None and time.monotonic() >= deadline:
             return None
         if should_stop is not None and should_stop():
-            stopped.append("stopped by the user")
+            stopped.append(USER_STOP)
             return None
         next_index += 1
         return next_index - 1
@@ -87,8 +107,9 @@ async def send_load(
     async def one(index: int) -> None:
         body, target = await payload(index)
         record = await stream_request(session, url, body, index, target)
-        if record.error is not None and record.error.startswith(CONNECT_FAILED) and not stopped:
-            stopped.append(f"the server stopped accepting connections ({record.error})")
+        gone = stop_for(record)
+        if gone is not None and not stopped:
+            stopped.append(gone)
         records.append(record)
         on_record(record)
 

@@ -102,7 +102,7 @@ def server_counter(session: aiohttp.ClientSession, base_url: str, model: str,
 def local_counter(name_or_path: str, chat_template_kwargs: dict[str, Any] | None) -> TokenCounter:
     """The model's own tokenizer and chat template, from a folder or the Hugging Face cache (no download)."""
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # optional here, and 1.5 s to load: only to count locally
     except ImportError as exc:  # pragma: no cover - transformers comes with vLLM
         raise BenchError("Counting input tokens locally needs `transformers`.",
                              hint="pip install transformers (vLLM installs it).") from exc

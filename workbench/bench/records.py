@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["KIND_CODES", "NS_PER_MS", "NS_PER_S", "ChunkKind", "RequestRecord"]
+__all__ = ["KIND_CODES", "NS_PER_MS", "NS_PER_S", "ChunkKind", "RequestFailure", "RequestRecord"]
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -36,6 +36,17 @@ class ChunkKind(str, Enum):
     def is_output(self) -> bool:
         """Counts for time to first *output* (not reasoning)."""
         return self in (ChunkKind.CONTENT, ChunkKind.TOOL_CALL)
+
+
+class RequestFailure(str, Enum):
+    """How a request failed (its `error` says it in words)."""
+
+    CONNECT = "connect"  # no connection could be made at all: the server is gone
+    CONNECTION = "connection"  # the connection dropped or timed out mid-request
+    HTTP_STATUS = "http_status"  # the server answered with a status other than 200
+    ERROR_EVENT = "error_event"  # the stream carried an error event
+    STREAM_SHAPE = "stream_shape"  # the stream was not the OpenAI chat-chunk shape
+    NO_USAGE = "no_usage"  # the stream ended without its usage chunk
 
 
 _TOKEN_KINDS = frozenset({ChunkKind.CONTENT, ChunkKind.REASONING, ChunkKind.TOOL_CALL})
@@ -78,6 +89,10 @@ class RequestRecord:
     category: str | None = None  # the workload category of its prompt (fixed-prompt workloads)
     # The response's metrics.speculative_decoding (vLLM --per-request-spec-decode-metrics), as sent.
     spec_decoding: dict[str, Any] | None = None
+    failure: RequestFailure | None = None  # how it failed (with `error`); None when it did not
+
+    def fail(self, failure: RequestFailure, error: str) -> None:
+        self.failure, self.error = failure, error
 
     def add_event(self, at_ns: int, kind: ChunkKind) -> None:
         self.event_ns.append(at_ns)
@@ -157,11 +172,15 @@ class RequestRecord:
         return [b - a for a, b in zip(times, times[1:])]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["failure"] = None if self.failure is None else self.failure.value
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        record = cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "failure"})
+        record.failure = None if data.get("failure") is None else RequestFailure(data["failure"])
+        return record
 
     def flat_row(self) -> dict[str, Any]:
         """One CSV row: the derived figures in ms and tok/s beside the raw counts."""

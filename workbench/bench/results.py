@@ -22,7 +22,7 @@ from workbench.bench.figures import figures_html
 from workbench.bench.lag import ClientLag
 from workbench.bench.records import RequestRecord
 from workbench.bench.summary import DEFINITIONS, Distribution, ServerCounters, Summary
-from workbench.errors import BenchError
+from workbench.errors import BenchError, StopReason
 from workbench.telemetry import GpuRunFigures
 
 __all__ = ["BenchResult", "SweepResult", "check_output_dir", "compare_results", "free_stem", "load_result"]
@@ -43,7 +43,8 @@ class BenchResult:
     reference: dict[str, Any] | None = None
     workbench_version: str = __version__
     client_lag: ClientLag | None = None
-    partial: str | None = None  # why the run ended early; None = it ran to its end
+    partial: str | None = None  # why the run ended early, in words; None = it ran to its end
+    stop_reason: StopReason | None = None  # why it ended early, to branch on (set with `partial`)
     counters_problem: str | None = None  # why the server counters are missing
     input_lengths_from: str | None = None  # who counted the prompts' tokens
     notes: list[str] = field(default_factory=list)
@@ -78,6 +79,7 @@ class BenchResult:
             "reference": self.reference,
             "workbench_version": self.workbench_version,
             "partial": self.partial,
+            "stop_reason": None if self.stop_reason is None else self.stop_reason.value,
             "client_lag": None if self.client_lag is None else self.client_lag.to_dict(),
             "client_bound": self.client_bound,
             "counters_problem": self.counters_problem,
@@ -106,6 +108,7 @@ class BenchResult:
             workbench_version=data.get("workbench_version", "?"),
             client_lag=None if data.get("client_lag") is None else ClientLag.from_dict(data["client_lag"]),
             partial=data.get("partial"),
+            stop_reason=None if data.get("stop_reason") is None else StopReason(data["stop_reason"]),
             counters_problem=data.get("counters_problem"),
             input_lengths_from=data.get("input_lengths_from"),
             notes=list(data.get("notes") or []),
@@ -135,6 +138,11 @@ class SweepResult:
                 rest = f"; levels {', '.join(map(str, missing))} not run" if missing else ""
                 return f"concurrency {result.config.concurrency}: {result.partial}{rest}"
         return None
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why the sweep ended before its last level (the level that ended it), if it did."""
+        return next((r.stop_reason for r in self.levels if r.partial is not None), None)
 
     def plot_rows(self) -> list[dict[str, Any]]:
         """Throughput vs concurrency and latency percentiles: one flat row per level."""
@@ -169,6 +177,7 @@ class SweepResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"levels": [r.to_dict() for r in self.levels], "planned": self.planned, "partial": self.partial,
+                "stop_reason": None if self.stop_reason is None else self.stop_reason.value,
                 "plot_rows": self.plot_rows()}
 
     @classmethod

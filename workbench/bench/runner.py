@@ -41,7 +41,7 @@ from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult, SweepResult
 from workbench.bench.sessions import SessionPlan, plan_sessions, run_sessions, session_context_estimate
 from workbench.bench.summary import summarize
-from workbench.errors import BenchError, WarmupEndedError, WorkbenchError
+from workbench.errors import BenchError, BenchStopped, StopReason, WorkbenchError
 from workbench.metrics.parse import GENERATION_TOKENS, Snapshot
 from workbench.syncbridge import run_sync
 from workbench.telemetry import GpuPoller
@@ -244,8 +244,9 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
             warm = await send_load(session, chat_url, payload, 0, config.warmup_requests, None,
                                    min(concurrency, config.warmup_requests), None, config.seed, on_warm, should_stop)
             if warm.stopped is not None:
-                raise WarmupEndedError(f"The warm-up ended early: {warm.stopped}. Nothing was measured yet.",
-                                       hint="Check that the server is up (its log), then run again.")
+                raise BenchStopped(f"The warm-up ended early: {warm.stopped.message}. Nothing was measured yet.",
+                                   reason=warm.stopped.reason,
+                                   hint="Check that the server is up (its log), then run again.")
             if not any(r.ok for r in warm.records):
                 raise BenchError(
                     f"Every warm-up request failed; the first said: {warm.records[0].error}",
@@ -294,7 +295,7 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
                 record.category = fixed.at(record.index).get("category")
         summary = summarize(records, config.goodput)
         after_problem: str | None
-        if outcome.stopped and outcome.stopped.startswith("the server"):
+        if outcome.stopped is not None and outcome.stopped.reason is StopReason.SERVER_GONE:
             after, after_problem = None, "not read: the server stopped answering"
         else:
             after, after_problem = await _counters_after(session, config.url, before, summary.output_tokens)
@@ -306,8 +307,8 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
     )
     partial = None
     if outcome.stopped is not None:
-        partial = outcome.stopped + (f"; {outcome.in_flight_dropped} requests in flight were dropped"
-                                     if outcome.in_flight_dropped else "")
+        partial = outcome.stopped.message + (f"; {outcome.in_flight_dropped} requests in flight were dropped"
+                                             if outcome.in_flight_dropped else "")
     result = BenchResult(
         config=config,
         model=model,
@@ -321,6 +322,7 @@ async def run_benchmark_async(config: BenchConfig, progress: ProgressCallback | 
         reference=reference_for(config, model),
         client_lag=lag,
         partial=partial,
+        stop_reason=None if outcome.stopped is None else outcome.stopped.reason,
         counters_problem=before_problem or after_problem,
         input_lengths_from=lengths_from,
         notes=notes,
@@ -340,7 +342,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     if os.environ.get(LOOP_ENV, "uvloop") == "asyncio":
         return None
     try:
-        import uvloop
+        import uvloop  # optional: the faster loop where it is installed
     except ImportError:
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop

@@ -27,9 +27,9 @@ from typing import Any
 
 import aiohttp
 
-from workbench.bench.client import CONNECT_FAILED, stream_request
+from workbench.bench.client import stream_request
 from workbench.bench.config import BenchConfig, chat_body
-from workbench.bench.load import LoadOutcome, run_until_done
+from workbench.bench.load import USER_STOP, LoadOutcome, LoadStop, run_until_done, stop_for
 from workbench.bench.prompts import WORDS, Prompt
 from workbench.bench.records import RequestRecord
 from workbench.errors import InputError
@@ -187,13 +187,13 @@ async def run_sessions(
 ) -> LoadOutcome:
     """Every session at once, each turn after the previous answer; records carry session and turn."""
     records: list[RequestRecord] = []
-    stopped: list[str] = []
+    stopped: list[LoadStop] = []
     sent = [0]
     started = time.monotonic()
 
     def stop_now() -> bool:
         if not stopped and should_stop is not None and should_stop():
-            stopped.append("stopped by the user")
+            stopped.append(USER_STOP)
         return bool(stopped)
 
     async def one_session(plan: SessionPlan) -> None:
@@ -233,8 +233,9 @@ async def run_sessions(
             record.session, record.turn = plan.session, number
             records.append(record)
             on_record(record)
-            if record.error is not None and record.error.startswith(CONNECT_FAILED) and not stopped:
-                stopped.append(f"the server stopped accepting connections ({record.error})")
+            gone = stop_for(record)
+            if gone is not None and not stopped:
+                stopped.append(gone)
             if not record.ok:
                 return  # without its answer the session has no history to go on with
             history = [*messages, {"role": "assistant", "content": "".join(answer)}]

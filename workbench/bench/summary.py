@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from workbench.bench.goodput import Goodput, compute_goodput
 from workbench.bench.records import NS_PER_MS, NS_PER_S, RequestRecord
 from workbench.metrics.figures import acceptance_rate, mean_acceptance_length
-
-if TYPE_CHECKING:
-    from workbench.bench.goodput import Goodput
 
 __all__ = ["DEFINITIONS", "PERCENTILES", "Distribution", "ServerCounters", "Summary", "cache_hit_rate", "percentile",
            "summarize", "turn_rows"]
@@ -191,8 +189,6 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Summary:
-        from workbench.bench.goodput import Goodput
-
         values = dict(data)
         for name in cls.DISTRIBUTIONS:
             values[name] = Distribution(**data[name])
@@ -252,8 +248,6 @@ def summarize(records: Sequence[RequestRecord], slos: dict[str, float] | None = 
     duration_s = None if duration_ns is None else duration_ns / NS_PER_S
     goodput = None
     if slos:
-        from workbench.bench.goodput import compute_goodput
-
         goodput = compute_goodput(records, slos, duration_s)
     return Summary(
         requests=len(records),

@@ -13,7 +13,7 @@ __all__ = ["error_event"]
 
 def error_event(exc: Exception, base_url: str) -> ErrorEvent:
     """One place that turns SDK and server failures into a message and a hint."""
-    import openai
+    import openai  # 1 s to load: with the first chat, not with every command
 
     if isinstance(exc, WorkbenchError):
         return ErrorEvent(exc.message, exc.hint)

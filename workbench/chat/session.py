@@ -197,7 +197,7 @@ class ChatSession:
         return collect([event async for event in self.astream(user_text)])
 
     def _make_client(self) -> Any:
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI  # 1 s to load: with the first chat, not with every command
 
         return AsyncOpenAI(
             base_url=f"{self.base_url}/v1",

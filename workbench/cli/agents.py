@@ -8,8 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.cli.checks import positive_float, at_least
+import httpx
+
+from workbench.cli.checks import at_least, positive_float
+from workbench.demo.forcing import verify_fields_for_served_model
+from workbench.demo.models import FORCING_MODEL_NAME
 from workbench.errors import InputError
+from workbench.recipes import Selection, load_catalog, render
+from workbench.server.servers import scan_records
+from workbench.server.state import state_root
+from workbench.urls import normalize_base_url
 
 _MARK = {"pass": "pass", "fail": "FAIL", "not_applicable": "n/a "}
 
@@ -53,10 +61,6 @@ def register(subparsers: Any) -> None:
 
 def _launched_argv(url: str) -> list[str] | None:
     """The argv of the server the workbench launched at this URL, if any."""
-    from workbench.server.servers import scan_records
-    from workbench.server.state import state_root
-    from workbench.urls import normalize_base_url
-
     try:
         root = normalize_base_url(url)
         handles, _ = scan_records(state_root())
@@ -71,9 +75,6 @@ def _launched_argv(url: str) -> list[str] | None:
 
 def _running_server_url() -> str | None:
     """The first server the workbench launched that is still alive, if any."""
-    from workbench.server.servers import scan_records
-    from workbench.server.state import state_root
-
     try:
         handles, _ = scan_records(state_root())
     except Exception:
@@ -82,8 +83,7 @@ def _running_server_url() -> str | None:
 
 
 def _expected(args: argparse.Namespace) -> tuple[Any, str]:
-    from workbench.agents.verify import ExpectedParsers
-    from workbench.recipes import Selection, load_catalog, render
+    from workbench.agents.verify import ExpectedParsers  # workbench.agents: loaded by its two commands only
 
     if args.recipe or args.hardware or args.preset:
         plan = render(Selection(recipe=args.recipe, hardware=args.hardware, preset=args.preset,
@@ -97,13 +97,8 @@ def _expected(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _forcing_fields(base_url: str, model: str | None) -> Any:
     """The forcing model's replies are forced per request; anything else answers freely."""
-    from workbench.demo.forcing import verify_fields_for_served_model
-    from workbench.demo.models import FORCING_MODEL_NAME
-
     if model is None:
         try:
-            import httpx
-
             ids = [m.get("id") for m in httpx.get(f"{base_url.rstrip('/')}/v1/models", timeout=10).json()["data"]]
         except Exception:
             return None
@@ -116,7 +111,7 @@ def _forcing_fields(base_url: str, model: str | None) -> Any:
 
 
 def verify_command(args: argparse.Namespace) -> int:
-    from workbench.agents.verify import verify_endpoint
+    from workbench.agents.verify import verify_endpoint  # workbench.agents: loaded by its two commands only
 
     tool = None
     if args.tool is not None:
@@ -145,7 +140,7 @@ def verify_command(args: argparse.Namespace) -> int:
 
 
 def connect_command(args: argparse.Namespace) -> int:
-    from workbench.agents.harnesses import HARNESSES, connection_for, render_harness
+    from workbench.agents.harnesses import HARNESSES, connection_for, render_harness  # loaded by this command only
 
     if args.list or not args.harness:
         for h in HARNESSES.values():

@@ -37,7 +37,7 @@ from workbench.bench.goodput import parse_goodput
 from workbench.bench.sessions import load_trace
 from workbench.bench.report import TerminalProgress, format_comparison, format_result, format_sweep
 from workbench.bench.results import check_output_dir
-from workbench.errors import WorkbenchError
+from workbench.errors import StopReason, WorkbenchError
 from workbench.server import resolve_server_url
 
 # With --request-rate and no --concurrency, in-flight requests are capped this high.
@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: Termina
         paths = sweep.save(out)
         print(f"\nwrote {paths['json']} and {paths['csv']} (one row per concurrency, ready to plot), "
               f"figures in {paths['figures_html']}")
-        return _exit_code([r.summary.errors for r in sweep.levels], sweep.partial)
+        return _exit_code([r.summary.errors for r in sweep.levels], sweep.partial, sweep.stop_reason)
     results = []
     for i, url in enumerate(urls):
         result = run_benchmark(_config(args, url), progress, on_warning=_warn(progress))
@@ -189,8 +189,9 @@ def _run(args: argparse.Namespace, urls: list[str], out: Path, progress: Termina
             break  # interrupted: do not start the next server's run
     if len(results) == 2:
         print(format_comparison(*results))
-    partial = next((r.partial for r in results if r.partial is not None), None)
-    return _exit_code([r.summary.errors for r in results], partial)
+    cut = next((r for r in results if r.partial is not None), None)
+    return _exit_code([r.summary.errors for r in results], None if cut is None else cut.partial,
+                      None if cut is None else cut.stop_reason)
 
 
 def _warn(progress: TerminalProgress | None):
@@ -202,10 +203,10 @@ def _warn(progress: TerminalProgress | None):
     return warn
 
 
-def _exit_code(errors: list[int], partial: str | None) -> int:
+def _exit_code(errors: list[int], partial: str | None, reason: StopReason | None) -> int:
     if partial is not None:
         print(f"PARTIAL: {partial}; the measured part was written above.", file=sys.stderr)
-        return 130 if partial.startswith("interrupted") else 1
+        return 130 if reason is StopReason.INTERRUPTED else 1
     return 0 if all(e == 0 for e in errors) else 1
 
 

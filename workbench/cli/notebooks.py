@@ -100,7 +100,7 @@ def notebooks_command(args: argparse.Namespace) -> int:
         raise WorkbenchError(f"No notebooks folder at {directory}.",
                              hint="Run from a checkout of the workbench, or pass --dir PATH.")
     try:
-        import jupyterlab  # noqa: F401
+        import jupyterlab  # noqa: F401  # optional, and 3 s to load: looked for when this command runs
     except ImportError as exc:
         raise WorkbenchError("JupyterLab is not installed in this environment.",
                              hint="pip install jupyterlab ipykernel ipywidgets (or pip install -e .).") from exc

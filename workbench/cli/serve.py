@@ -13,8 +13,11 @@ from typing import Any
 
 from workbench import server
 from workbench.cli.checks import DeprecatedSpelling, at_least, port_number, positive_float, refuse_with_attach
+from workbench.cli.render import add_selection_arguments, selection_from_args
 from workbench.cli.serve_nodes import add_node_arguments, has_live_workers, node_lines, serve_nodes_command
+from workbench.demo.models import build_demo_model
 from workbench.errors import LaunchError
+from workbench.recipes import load_catalog, render
 from workbench.server.ports import check_listen_address
 from workbench.server.signals import exit_on_signals
 from workbench.server.servers import scan_records
@@ -24,8 +27,6 @@ __all__ = ["register", "print_event"]
 
 
 def register(subparsers: Any) -> None:
-    from workbench.cli.render import add_selection_arguments
-
     p = subparsers.add_parser(
         "serve",
         help="launch vllm serve for your hardware (or attach to a running server)",
@@ -95,9 +96,6 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"Attached to {handle.base_url} (model {handle.model}).")
         print(f"OpenAI base URL: {handle.openai_base_url}")
         return 0
-    from workbench.cli.render import selection_from_args
-    from workbench.recipes import load_catalog, render
-
     catalog = load_catalog()
     plan = render(selection_from_args(args), catalog)
     hw = catalog.hardware[plan.hardware]
@@ -181,8 +179,6 @@ def stop_command(args: argparse.Namespace) -> int:
 
 
 def demo_model_command(args: argparse.Namespace) -> int:
-    from workbench.demo.models import build_demo_model
-
     built = build_demo_model(force=args.force)
     print(built.path)
     return 0

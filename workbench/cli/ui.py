@@ -7,6 +7,7 @@ import argparse
 from workbench.cli.checks import port_number
 from workbench.errors import WorkbenchError
 from workbench.server.ports import check_listen_address
+from workbench.server.signals import exit_on_signals
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def ui_command(args: argparse.Namespace) -> int:
-    from workbench.ui.app import auth_from, serve_app
+    from workbench.ui.app import auth_from, serve_app  # Gradio: 5 s to load, for this command only
 
     auth = auth_from(args.auth)
     check_listen_address(args.host, args.port, "The app's port", setting="app_port")
@@ -35,8 +36,6 @@ def ui_command(args: argparse.Namespace) -> int:
         )
     print(f"Nemotron vLLM Workbench: http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}",
           flush=True)
-    from workbench.server.signals import exit_on_signals
-
     exit_on_signals()  # SIGTERM/SIGHUP end as Ctrl-C does: the servers this UI launched are stopped
     serve_app(args.host, args.port, auth, args.share, args.state_dir, args.open)
     return 0

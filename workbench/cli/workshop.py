@@ -12,8 +12,14 @@ import sys
 import threading
 from typing import Any
 
+from workbench import server
 from workbench.cli.checks import DeprecatedSpelling, at_least, port_number, refuse_with_attach
 from workbench.cli.hints import flag_for
+from workbench.cli.render import add_selection_arguments, selection_from_args
+from workbench.recipes import load_catalog, render
+from workbench.server.readiness import NotReady, ReadyOutcome
+from workbench.server.signals import exit_on_signals
+from workbench.workshop import RoomLimits, settings_from
 from workbench.workshop.settings import PRESENTER_AUTH_ENV, ROOM_CODE_ENV
 
 __all__ = ["print_checks", "register", "workshop_command"]
@@ -22,8 +28,6 @@ _SELECTION = ("recipe", "hardware", "variant", "strategy", "preset", "spec", "fe
 
 
 def register(subparsers: Any) -> None:
-    from workbench.cli.render import add_selection_arguments
-
     p = subparsers.add_parser(
         "workshop", help="serve a room: attendees chat at /, the presenter drives /presenter",
         description="Serve the attendee app on / and the presenter app on /presenter, on one port. "
@@ -56,9 +60,6 @@ def register(subparsers: Any) -> None:
 
 
 def _plan(args: argparse.Namespace) -> Any:
-    from workbench.cli.render import selection_from_args
-    from workbench.recipes import load_catalog, render
-
     return render(selection_from_args(args), load_catalog())
 
 
@@ -75,35 +76,32 @@ def print_checks(checks: list[Any]) -> int:
 
 
 def workshop_command(args: argparse.Namespace) -> int:
-    from workbench.workshop import settings_from
-
     refuse_with_attach(args, {"server_port": "--server-port"})
     settings = settings_from(args.host, args.port, args.room_code, args.presenter_auth,
                              trusted_proxy=args.trusted_proxy)
     if args.check or args.download:
-        from workbench.server import find_running
-        from workbench.server.preflight import agent_endpoint_checks, day_of_checks, download_weights, warm_up_check
+        # Loaded by these checks only: huggingface_hub (0.25 s) and the agents' verifier.
+        from workbench.agents.checks import agent_endpoint_checks
+        from workbench.server.hub import download_weights
+        from workbench.workshop.day_of import day_of_checks, warm_up_check
 
         plan = _plan(args)
         if args.download:
             download_weights(plan.model_id, progress=print)
             return 0
         checks = day_of_checks(plan)
-        running = find_running(args.state_dir)
+        running = server.find_running(args.state_dir)
         url, model = (args.attach, None) if args.attach else (running.base_url, running.model) if running else (None, None)
         if url:
-            from workbench.server import attach
-
-            handle = attach(url, api_key=args.api_key, state_dir=args.state_dir)
+            handle = server.attach(url, api_key=args.api_key, state_dir=args.state_dir)
             checks.append(warm_up_check(handle.base_url, model or handle.model, api_key=args.api_key))
             checks += agent_endpoint_checks(handle.base_url, model or handle.model, plan_argv=plan.argv,
                                             api_key=args.api_key)
         return print_checks(checks)
 
-    from workbench import server
-    from workbench.server.signals import exit_on_signals
+    # Gradio (5 s to load) and huggingface_hub with the Room tab's checks: for the room only.
     from workbench.ui.workshop_server import build_workshop, serve_workshop
-    from workbench.workshop import RoomLimits
+    from workbench.workshop.day_of import warm_up_check
 
     exit_on_signals()  # SIGTERM/SIGHUP end as Ctrl-C does: the server launched below is stopped
 
@@ -115,8 +113,6 @@ def workshop_command(args: argparse.Namespace) -> int:
         slot.handle = server.attach(args.attach, api_key=args.api_key, state_dir=args.state_dir)
         print(f"Attached to {slot.handle.base_url} (model {slot.handle.model}).", flush=True)
     elif any(getattr(args, name) for name in _SELECTION):
-        from workbench.server.preflight import warm_up_check
-
         plan = _plan(args)
         slot.handle = server.launch(plan, host=server.DEFAULT_HOST, state_dir=args.state_dir,
                                     progress=slot.build_messages.append)
@@ -127,10 +123,11 @@ def workshop_command(args: argparse.Namespace) -> int:
             handle = slot.handle
             if handle is None:  # stopped from the Room tab before it was ready
                 return
-            try:
-                handle.wait_ready()
-            except Exception as exc:  # the Server tab shows the diagnosis
-                print(f"The server did not come up: {exc}", file=sys.stderr, flush=True)
+            try:  # until ready, or the presenter stops it (or launches another) from the Server tab
+                handle.wait_ready(stop=lambda: slot.handle is not handle)
+            except NotReady as exc:  # the Server tab shows the diagnosis
+                if exc.outcome is not ReadyOutcome.STOPPED:
+                    print(f"The server did not come up: {exc}", file=sys.stderr, flush=True)
                 return
             check = warm_up_check(handle.base_url, handle.model)
             print(f"Ready in {handle.time_to_ready_s:.1f} s. Warm-up: {check.found or check.fix}", flush=True)

@@ -17,7 +17,8 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from workbench.demo.models import FORCING_MODEL_NAME
+from workbench.demo.models import FORCING_MODEL_NAME, cache_dir, special_token_ids
+from workbench.errors import WorkbenchError
 from workbench.recipes import Catalog, LaunchPlan, Selection, load_catalog, render
 from workbench.recipes.multinode import node_parallel_args
 
@@ -152,9 +153,6 @@ def verify_request_fields(special_token_ids: Mapping[str, int], *, call_format: 
 def verify_fields_for_served_model(model: str | None) -> Callable[[str], dict[str, Any]] | None:
     """The forced replies when `model` is the workbench's built forcing model; None otherwise
     (a real model answers the verifier's prompts freely)."""
-    from workbench.demo.models import cache_dir, special_token_ids
-    from workbench.errors import WorkbenchError
-
     if model != FORCING_MODEL_NAME:
         return None
     try:

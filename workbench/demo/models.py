@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import LaunchError
+from workbench.paths import built_models_dir
 
 DEMO_MODEL_NAME = "smollm2-135m-instruct"
 DEMO_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -61,9 +62,8 @@ class BuiltModel:
 
 
 def cache_dir() -> Path:
-    """Where built models live: $WORKBENCH_CACHE or ~/.cache/nemotron-workbench."""
-    root = os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "nemotron-workbench"
-    return Path(root) / "models"
+    """Where built models live: models/ in $WORKBENCH_CACHE or ~/.cache/nemotron-workbench."""
+    return built_models_dir()
 
 
 def find_gguf() -> Path:
@@ -107,7 +107,7 @@ def print_progress(message: str) -> None:
 
 
 def _import_transformers() -> tuple[Any, Any]:
-    try:
+    try:  # the cpu extra's, and seconds to load: only to build a model
         import torch
         import transformers
     except ImportError as exc:

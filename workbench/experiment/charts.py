@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 
 __all__ = ["COLORS", "bars_svg", "lines_svg"]
@@ -34,8 +35,6 @@ def _num(v: float) -> str:
 def lines_svg(series: Mapping[str, Sequence[Point]], x_title: str, y_title: str, *, log_x: bool = False,
               width: int = 560, height: int = 340) -> str:
     """One polyline per series, points labelled; axes from 0 (or log2 x for concurrency)."""
-    import math
-
     left, top, right, bottom = 60, 20, 130, 45
     pw, ph = width - left - right, height - top - bottom
     points = [p for s in series.values() for p in s]

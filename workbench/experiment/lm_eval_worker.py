@@ -30,6 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import requests
+
 from workbench.experiment.quality import ProblemKind
 
 __all__ = ["HARNESS_MODEL", "main"]
@@ -68,7 +71,7 @@ class _LastWarning(logging.Handler):
 
 def _load(request: dict[str, Any], events: _Events) -> tuple[Any, dict[str, Any]]:
     """lm-eval's task manager and the tasks the request names, or a _Problem saying why not."""
-    try:
+    try:  # the quality extra's: its absence is reported, not raised
         from lm_eval.tasks import TaskManager
     except ImportError as exc:
         raise _Problem(ProblemKind.HARNESS_MISSING, f"lm-eval is not installed here ({exc}).",
@@ -138,11 +141,12 @@ def _score(out: dict[str, Any], task_name: str, samples_file: Path | None) -> tu
 
 
 def _evaluate(request: dict[str, Any], events: _Events) -> dict[str, Any]:
+    manager, tasks = _load(request, events)
+    # The quality extra's (present: _load found it), and seconds to load.
     import lm_eval
     from lm_eval.api.model import CacheHook
     from lm_eval.api.registry import get_model
 
-    manager, tasks = _load(request, events)
     limit = request.get("limit")
     total = sum(len(t.eval_docs) if limit is None else min(int(limit), len(t.eval_docs)) for t in tasks.values())
     items_in_task = sum(len(t.eval_docs) for t in tasks.values())
@@ -188,9 +192,6 @@ def _evaluate(request: dict[str, Any], events: _Events) -> dict[str, Any]:
 
 def _request_problem(exc: Exception, last_warning: str | None, url: str) -> _Problem:
     """What went wrong while lm-eval sent its requests, by the error's type."""
-    import aiohttp
-    import requests
-
     said = f" The harness's last warning: {last_warning[:400]}" if last_warning else ""
     if isinstance(exc, (aiohttp.ClientResponseError, requests.HTTPError)):
         status = getattr(exc, "status", None) or getattr(getattr(exc, "response", None), "status_code", None)

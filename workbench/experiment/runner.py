@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import logging
 import math
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -36,7 +37,7 @@ import httpx
 
 from workbench.bench import BenchConfig, BenchProgress, run_benchmark
 from workbench.bench.results import BenchResult
-from workbench.errors import LaunchError, WarmupEndedError, WorkbenchError
+from workbench.errors import BenchStopped, LaunchError, StopReason, WorkbenchError
 from workbench.experiment.configs import ExperimentConfig, render_config
 from workbench.experiment.occupancy import Occupancy, check_occupancy
 from workbench.experiment.quality_run import QualityProgress, guess_seconds, measure_quality
@@ -46,8 +47,9 @@ from workbench.experiment.slo import SloSearch, Step, next_step, probes_left, ru
 from workbench.experiment.workloads import Workload
 from workbench.recipes import Catalog, LaunchPlan
 from workbench import server
-from workbench.server import ServerProcess, free_port, port_free
+from workbench.server import ServerEvent, ServerProcess, free_port, port_free
 from workbench.server.command import PlanLike
+from workbench.server.readiness import NotReady, ReadyOutcome
 from workbench.server.hardware import detect_hardware
 from workbench.server.page_flags import vllm_flag_table
 
@@ -132,8 +134,6 @@ def machine_facts() -> dict[str, Any]:
                     memory_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
     except OSError:
         pass
-    import os
-
     return {"hardware": detection.hardware_id, "gpus": [g.name for g in detection.gpus],
             "cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(),
             "memory_gb": memory_gb, "python": platform.python_version(), "platform": platform.platform()}
@@ -264,7 +264,11 @@ def _vllm_version(base_url: str) -> str | None:
 
 
 class _Interrupted(Exception):
-    """Ctrl-C or should_stop while a server was starting or a level ran."""
+    """Ctrl-C or should_stop while a server was starting or a level ran: `reason`, and the words."""
+
+    def __init__(self, reason: StopReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class _Run:
@@ -279,7 +283,6 @@ class _Run:
         self.launch_s: float | None = None
         self.quality_s: float | None = None  # the last quality pass's measured time
         self.quality_started: float | None = None
-        self.last_diagnosis: dict[str, Any] | None = None
 
     def emit(self, index: int, c: ConfigResult, phase: str, concurrency: int | None = None, level: int = 0,
              done: int = 0, total: int | None = None, message: str = "", probes: int | None = None) -> None:
@@ -313,25 +316,24 @@ class _Run:
         started = time.monotonic()
         # cast: PlanLike declares `engine: str`, LaunchPlan narrows it to a Literal (the same value).
         handle = server.launch(cast("PlanLike", plan), port=self.port, state_dir=self.state_dir, progress=lambda m: log.info("%s", m))
+
+        def on_event(event: ServerEvent) -> None:
+            if event.kind == "phase" and event.phase is not None:
+                self.emit(index, c, "launching", message=f"{event.phase.label}, {time.monotonic() - started:.0f} s")
+
+        unsubscribe = handle.subscribe(on_event, replay=False)
         try:
-            while True:
-                if self.stopped():
-                    raise _Interrupted("stopped by the user while the server started")
-                try:
-                    handle.wait_ready(timeout=min(2.0, settings.startup_timeout_s))
-                    break
-                except LaunchError:
-                    if handle.status.value not in ("starting",):
-                        raise
-                    if time.monotonic() - started > settings.startup_timeout_s:
-                        raise
-                    self.emit(index, c, "launching",
-                              message=f"{handle.phase.value if handle.phase else 'starting'}, "
-                              f"{time.monotonic() - started:.0f} s")
+            handle.wait_ready(settings.startup_timeout_s, stop=self.stopped)
+        except NotReady as exc:
+            handle.stop()
+            if exc.outcome is ReadyOutcome.STOPPED and self.stopped():
+                raise _Interrupted(StopReason.USER, "stopped by the user while the server started") from exc
+            raise
         except BaseException:
-            self.last_diagnosis = handle.diagnosis.to_dict() if handle.diagnosis else None
             handle.stop()
             raise
+        finally:
+            unsubscribe()
         self.launch_s = time.monotonic() - started
         return handle
 
@@ -341,7 +343,9 @@ class _Run:
             handle = self.start_server(index, c)
         except LaunchError as exc:
             c.status = "failed"
-            c.diagnosis = {"summary": exc.message, "fix": exc.hint, **(self.last_diagnosis or {})}
+            # Its own diagnosis: the one this launch's wait found, never an earlier configuration's.
+            found = exc.diagnosis if isinstance(exc, NotReady) else None
+            c.diagnosis = {"summary": exc.message, "fix": exc.hint, **(found.to_dict() if found else {})}
             log.warning("configuration %s failed to launch: %s", c.label, exc.message)
             self.emit(index, c, "failed", message=exc.message)
             self.save()
@@ -378,14 +382,14 @@ class _Run:
                                         settings.output_tokens, self.directory / "quality", c.label, on_progress,
                                         self.should_stop)
         except KeyboardInterrupt as exc:
-            raise _Interrupted("interrupted (Ctrl-C) during the quality pass") from exc
+            raise _Interrupted(StopReason.INTERRUPTED, "interrupted (Ctrl-C) during the quality pass") from exc
         finally:
             self.quality_started = None
         self.quality_s = c.quality.seconds
         self.save()
         if c.quality.status == "partial" and self.stopped():
             c.status = "partial"
-            raise _Interrupted("stopped by the user during the quality pass")
+            raise _Interrupted(StopReason.USER, "stopped by the user during the quality pass")
 
     def sweep(self, index: int, c: ConfigResult, handle: ServerProcess) -> None:
         settings = self.result.settings
@@ -394,7 +398,7 @@ class _Run:
             if concurrency in c.done_levels():
                 continue
             if self.stopped():
-                raise _Interrupted("stopped by the user")
+                raise _Interrupted(StopReason.USER, "stopped by the user")
             requests = settings.requests_at(concurrency, len(prompts))
             config = BenchConfig(url=handle.base_url, output_tokens=settings.output_tokens, concurrency=concurrency,
                                  requests=requests, warmup_requests=settings.warmup_requests,
@@ -407,9 +411,13 @@ class _Run:
             try:
                 level = run_benchmark(config, on_progress, self.should_stop)
             except KeyboardInterrupt as exc:
-                raise _Interrupted("interrupted (Ctrl-C)") from exc
-            except WarmupEndedError as exc:  # the warm-up was cut: interrupted, or the server went away
-                raise _Interrupted(exc.message) from exc
+                raise _Interrupted(StopReason.INTERRUPTED, "interrupted (Ctrl-C)") from exc
+            except BenchStopped as exc:  # the warm-up was cut: by a person, the experiment ends
+                if exc.reason.by_user:
+                    raise _Interrupted(exc.reason, exc.message) from exc
+                c.status, c.note = "partial", f"concurrency {concurrency}: {exc.message}"
+                self.save()
+                return
             except WorkbenchError as exc:
                 c.status, c.note = "partial", f"concurrency {concurrency}: {exc.message}"
                 self.save()
@@ -422,8 +430,8 @@ class _Run:
             if level.partial is not None:
                 c.status, c.note = "partial", f"concurrency {concurrency}: {level.partial}"
                 self.save()
-                if level.partial.startswith(("interrupted", "stopped")):
-                    raise _Interrupted(level.partial)
+                if level.stop_reason is not None and level.stop_reason.by_user:
+                    raise _Interrupted(level.stop_reason, level.partial)
                 return
             self.save()
         search = settings.search()
@@ -437,9 +445,11 @@ class _Run:
         settings = self.result.settings
         prompts = self.result.workload.bench_prompts()
 
+        measured: list[BenchResult] = []
+
         def measure(step: Step, number: int) -> BenchResult:
             if self.stopped():
-                raise _Interrupted("stopped by the user")
+                raise _Interrupted(StopReason.USER, "stopped by the user")
             requests = (settings.requests_at(step.concurrency, len(prompts)) if step.rate is None
                         else step.rate_requests(settings.requests_per_level, len(prompts)))
             config = BenchConfig(url=handle.base_url, output_tokens=settings.output_tokens, concurrency=step.concurrency,
@@ -454,9 +464,12 @@ class _Run:
             try:
                 level = run_benchmark(config, on_progress, self.should_stop)
             except KeyboardInterrupt as exc:
-                raise _Interrupted("interrupted (Ctrl-C)") from exc
-            except WarmupEndedError as exc:
-                raise _Interrupted(exc.message) from exc
+                raise _Interrupted(StopReason.INTERRUPTED, "interrupted (Ctrl-C)") from exc
+            except BenchStopped as exc:  # a person ends the experiment; a server gone fails the probe
+                if exc.reason.by_user:
+                    raise _Interrupted(exc.reason, exc.message) from exc
+                raise
+            measured.append(level)
             decode = level.summary.decode_tok_s_per_user.mean
             if decode and step.rate is None:
                 self.measured_tps = decode * math.sqrt(step.concurrency)
@@ -471,8 +484,9 @@ class _Run:
             return True
         c.status, c.note = "partial", f"SLO search: {ended}"
         self.save()
-        if ended.startswith(("interrupted", "stopped")):
-            raise _Interrupted(ended)
+        reason = measured[-1].stop_reason if measured else None
+        if reason is not None and reason.by_user:
+            raise _Interrupted(reason, ended)
         return False
 
 

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from workbench.bench.lag import CLIENT_BOUND_CPU_PERCENT, CLIENT_BOUND_LAG_MS, ClientLag
 from workbench.bench.records import RequestRecord
 from workbench.bench.results import BenchResult
-from workbench.errors import InputError, WarmupEndedError, WorkbenchError
+from workbench.errors import InputError, WorkbenchError
 from workbench.experiment.slo_objectives import FIGURES, Slo, parse_slos
 
 __all__ = ["FIGURES", "RATE_WINDOW_E2E", "Capacity", "CapacityKind", "Probe", "SearchBy", "Slo", "SloAnswer",
@@ -506,8 +506,6 @@ def _probe(search: SloSearch, step: Step, probes: Sequence[Probe], measure: Call
         return evaluate(search, step.by, step.concurrency, step.rate, earlier, reused=True)
     try:
         result = measure(step, len([p for p in probes if p.verdict is not Verdict.PARTIAL]) + 1)
-    except WarmupEndedError:
-        raise  # interrupted, or the server went away during the warm-up: the caller's to handle
-    except WorkbenchError as exc:  # e.g. every warm-up request failed: the server cannot serve this level
+    except WorkbenchError as exc:  # e.g. the server went away or every warm-up request failed at this level
         return Probe(step.by, step.concurrency, step.rate, Verdict.FAILED, note=exc.message)
     return evaluate(search, step.by, step.concurrency, step.rate, result)

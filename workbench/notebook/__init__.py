@@ -6,7 +6,7 @@
     throughput_view.py  ThroughputView: metrics.MetricsPoller -> live figures
     bench_view.py       BenchView: bench.run_benchmark -> progress, summary, model-card figures
     experiment_view.py  ExperimentView: experiment.run_experiment -> plan, progress, winners, curves
-    checks.py           checks_table: server.preflight's environment checks
+    checks.py           checks_table: server.environment's checks
 
 None talks HTTP to vLLM or redoes the core's work; every view owns its state.
 """

@@ -46,8 +46,8 @@ def bench_table(result: BenchResult) -> str:
     g = s.goodput
     if g is not None and g.good_fraction is not None:
         out.append(f"<br>goodput {_num(g.goodput_req_s, 2)} req/s ({g.good_fraction * 100:.0f} % of requests met every SLO)")
-    for note in result.notes:
-        out.append(f"<br><b>{esc(note)}</b>" if note.startswith("WARNING") else f"<br>{esc(note)}")
+    for note in result.notes:  # each is something to read before the figures (a warning, a model named as given)
+        out.append(f"<br><b>{esc(note)}</b>")
     out.append(table(["metric", "unit", "mean", "p50", "p90", "p99", "n"], rows))
     if s.per_turn or s.prefix_cache_hit_rate is not None:
         out.append(f"<pre>{esc(format_sessions(result))}</pre>")

@@ -1,11 +1,11 @@
-"""The DGX Spark environment checks as a table (the checks are workbench.server.preflight's)."""
+"""The DGX Spark environment checks as a table (the checks are workbench.server.environment's)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from workbench.notebook.html import table
-from workbench.server.preflight import EnvironmentCheck
+from workbench.server.checks import EnvironmentCheck
 
 __all__ = ["checks_table"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as W
+from IPython.display import display
 
 from workbench import server
 from workbench.notebook.html import esc, pre
@@ -119,8 +120,6 @@ def ensure_server(plan: LaunchPlan, *, state_dir: str | Path | None = None, time
                   title: str | None = None, panel: ServerPanel | None = None) -> NotebookServer:
     """Reuse a running workbench server started for the same command, or launch `plan`,
     while `panel` (displayed by the caller, or by this function) shows the phases and the log."""
-    from IPython.display import display
-
     if panel is None:
         panel = ServerPanel(title or f"vLLM server for {plan.served_model_name}")
         display(panel)

@@ -20,6 +20,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from workbench.errors import PlannerError
 from workbench.planner.shipped import StandIn, before_build, shipped_architecture
@@ -81,7 +82,7 @@ def _from_directory(model_id: str, folder: Path, source: str) -> ModelConfigFile
 
 
 def _from_hub_cache(model_id: str) -> ModelConfigFile | None:
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache  # huggingface_hub: only when its cache is asked
 
     found = try_to_load_from_cache(model_id, CONFIG_FILE)
     if not isinstance(found, str):
@@ -92,9 +93,7 @@ def _from_hub_cache(model_id: str) -> ModelConfigFile | None:
 
 
 def _hub_reachable() -> bool:
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # huggingface_hub: only when the Hub is asked
 
     url = urlparse(constants.ENDPOINT)
     try:
@@ -105,6 +104,7 @@ def _hub_reachable() -> bool:
 
 
 def _from_hub(model_id: str) -> ModelConfigFile:
+    # huggingface_hub (0.25 s): only when the Hub is asked.
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled
 

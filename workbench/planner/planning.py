@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import PlannerError
+from workbench.paths import built_models_dir
 from workbench.planner.architecture import Architecture, architecture_from_config
 from workbench.planner.budget import KVBudget, kv_budget
 from workbench.planner.config import ModelConfigFile, read_model_config
@@ -251,9 +252,7 @@ def plan_memory(plan: LaunchPlan, catalog: Catalog | None = None, *, config_path
     catalog = catalog or load_catalog()
     local_dir = None
     if plan.local_build:
-        from workbench.demo.models import cache_dir
-
-        local_dir = cache_dir() / plan.local_build
+        local_dir = built_models_dir() / plan.local_build
     config = read_model_config(plan.model_id, config_path=config_path, local_dir=local_dir)
     return plan_memory_from_config(plan, catalog, config, memory_gib=memory_gib,
                                    gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,

@@ -17,7 +17,10 @@
     handle.py     ServerProcess: the supervisor (readiness, phases, events, watcher, stop) over a Runtime
     launch.py     start / launch / attach: new servers
     servers.py    recorded servers: load_server / list_servers / find_running / ensure_server
-    preflight.py  what a DGX Spark launch needs, checked before the room arrives
+    checks.py     EnvironmentCheck: what one check found, and what to do
+    environment.py  the machine a launch needs (GPU, memory, Docker, disk), a plan's image pulled
+    hub.py        the Hugging Face cache: a model's weights complete in it, a download with progress
+    headroom.py   memory free now for --gpu-memory-utilization's share
     nodes.py      several nodes: what the head and each worker (local, or over ssh) run
     cluster.py    several nodes supervised together: ready, a row per node, stop them all
     node_diagnosis.py  why a worker node failed (ssh, interface, ports, vLLM versions)

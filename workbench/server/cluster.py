@@ -5,10 +5,14 @@
         .rows()         a row per node: role, host, status, phase, pid, log
         .stop()         every node: SIGTERM, then SIGKILL after the timeout; nothing left running
 
-The head is an ordinary ServerProcess (its folder, state.json, vllm.log); the
-workers are recorded beside it in cluster.json, each with its own log
-(node1.log, ...). A worker that fails is diagnosed from its log
-(workbench.server.node_diagnosis) and the rest are stopped, logs kept.
+The head is an ordinary ServerProcess (its folder, state.json, vllm.log); each
+worker's process is followed by a ServerProcess too, with its own runtime (a
+process group here, or an ssh client and the session it started: SshSession) and
+a `Supervision` for a node: no HTTP of its own (the cluster declares it ready when
+its engine reports in the head's /metrics), diagnosed as a node
+(workbench.server.node_diagnosis), recorded in cluster.json beside the head's
+state.json, each with its own log (node1.log, ...), redacted like the head's. A
+worker that fails stops the rest, logs kept. This module only composes them.
 The head's runtime is a `ClusterHead`: stopping the head stops the workers
 alongside it, from any process (`adopt_head` wraps a head loaded from its record),
 so `python -m workbench stop` needs nothing cluster-specific.
@@ -16,12 +20,11 @@ so `python -m workbench stop` needs nothing cluster-specific.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +35,27 @@ from workbench.metrics.parse import GENERATION_TOKENS, parse_metrics
 from workbench.server.cluster_record import CLUSTER_FILE, ClusterRecord, NodeRecord, read_cluster_record, write_cluster_record
 from workbench.server.command import PlanLike
 from workbench.server.diagnosis import Diagnosis
-from workbench.server.handle import STARTUP_TIMEOUT_S, ServerEvent, ServerProcess
+from workbench.server.handle import STARTUP_TIMEOUT_S, ServerEvent, ServerProcess, StopCheck, Supervision
 from workbench.server.launch import start
-from workbench.server.logfile import LogFollower
-from workbench.server.node_diagnosis import ENGINE_VERSION, PGID_SEEN, diagnose_node, version_mismatch
-from workbench.server.nodes import LOCAL, NodeCommand, plan_cluster, remote_stop_argv
-from workbench.server.phases import PhaseDetector, PhaseRecord, StartupPhase, Status
+from workbench.server.node_diagnosis import diagnose_node, engine_version, version_mismatch
+from workbench.server.nodes import LOCAL, NodeCommand, plan_cluster
+from workbench.server.phases import PhaseRecord, StartupPhase, Status
 from workbench.server.probe import tls_context
-from workbench.server.process import STOP_TIMEOUT_S, StopResult, StopStage, spawn_group, stop_group
-from workbench.server.record import read_record
+from workbench.server.process import STOP_TIMEOUT_S, Spawned, StopResult, spawn_group, stop_group
+from workbench.server.readiness import NotReady, ReadyOutcome
+from workbench.server.record import ServerRecord, read_record
+from workbench.server.runtime import Runtime
 from workbench.server.runtime_cluster import ClusterHead
 from workbench.server.runtime_local import LocalProcessGroup
+from workbench.server.runtime_ssh import SshSession
+from workbench.server.state import SECRET_ENV
 
-__all__ = ["CLUSTER_FILE", "Cluster", "NodeProcess", "adopt_head", "launch_cluster", "load_cluster", "node_rows"]
+__all__ = ["CLUSTER_FILE", "Cluster", "WorkerNode", "adopt_head", "launch_cluster", "load_cluster", "node_rows"]
 
 log = logging.getLogger("workbench.server")
 
 POLL_S = 0.25
+ENGINES_EVERY_S = 1.0
 _LIVE: dict[str, Cluster] = {}  # clusters supervised by this process, by the head's run_id
 
 
@@ -56,130 +63,88 @@ def _node_log(folder: Path, rank: int) -> Path:
     return folder / f"node{rank}.log"
 
 
-class NodeProcess:
-    """One worker node: its process here (vllm, or the ssh client), log, phases, status."""
+class WorkerNode:
+    """One worker node: how it was started (`record`, its entry in cluster.json) and its
+    process, followed like any server's (`process`, a ServerProcess)."""
 
-    def __init__(self, record: NodeRecord, popen: subprocess.Popen[bytes] | None = None) -> None:
-        self.record = record  # how it was started (fixed); what changes is in the fields below
-        self.rank, self.host, self.via, self.serves_http = record.rank, record.host, record.via, record.serves_http
-        self.pid = record.pid
-        self.log_path = Path(record.log_path)
-        self.started_at = record.started_at
-        self.status = record.status
-        self.phases = [dataclasses.replace(p) for p in record.phases]  # the open phase's duration is set later
-        self.diagnosis = record.diagnosis
-        self.exit_code = record.exit_code
-        self.remote_pgid = record.remote_pgid
-        self.version = record.version
-        self.stop_result: StopResult | None = None
-        self.runtime = LocalProcessGroup(record.pid, record.pid_started_at, popen)  # its process (vllm, or ssh) here
-        self._detector = PhaseDetector()
-        self._log = LogFollower(self.log_path)
+    def __init__(self, record: NodeRecord, process: ServerProcess) -> None:
+        self.record = record
+        self.process = process
+        self.version = record.version  # the vLLM version its log states, once read
+
+    @property
+    def rank(self) -> int:
+        return self.record.rank
+
+    @property
+    def host(self) -> str:
+        return self.record.host
+
+    @property
+    def via(self) -> str:
+        return self.record.via
+
+    @property
+    def serves_http(self) -> bool:
+        return self.record.serves_http
+
+    @property
+    def pid(self) -> int | None:
+        return self.record.pid
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.record.log_path)
+
+    @property
+    def status(self) -> Status:
+        return self.process.status
+
+    @property
+    def phases(self) -> list[PhaseRecord]:
+        return self.process.phases
 
     @property
     def phase(self) -> StartupPhase | None:
-        return self.phases[-1].phase if self.phases else None
+        return self.process.phase
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        return self.process.diagnosis
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.process.exit_code
+
+    @property
+    def remote_pgid(self) -> int | None:
+        """The session on the worker host (ssh nodes), once its log names it."""
+        runtime = self.process.runtime
+        return runtime.remote_pgid if isinstance(runtime, SshSession) else None
+
+    def is_alive(self) -> bool:
+        return self.process.is_alive()
+
+    def log_text(self) -> str:
+        """Its whole log, keys redacted as the head's are."""
+        return self.process.log_text()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> StopResult:
+        return self.process.stop(timeout)
 
     def snapshot(self) -> NodeRecord:
         """The node as it stands now, to write to cluster.json."""
-        return dataclasses.replace(self.record, status=self.status, phases=tuple(self.phases),
-                                   diagnosis=self.diagnosis, exit_code=self.exit_code,
-                                   remote_pgid=self.remote_pgid, version=self.version)
-
-    def is_alive(self) -> bool:
-        """Its process group here still runs (started here), or its leader with the recorded start time."""
-        return self.runtime.is_alive()
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def enter_phase(self, phase: StartupPhase, detail: str) -> None:
-        elapsed = round(time.time() - self.started_at, 3)
-        if self.phases and self.phases[-1].duration_s is None:
-            self.phases[-1].duration_s = round(elapsed - self.phases[-1].started_s, 3)
-        self.phases.append(PhaseRecord(phase, elapsed, 0.0 if phase is StartupPhase.READY else None, detail))
-
-    def read_log(self) -> bool:
-        """Feed new log lines to the phase detector; True if anything was learnt."""
-        changed = False
-        for line in self._log.new_lines():
-            if line.startswith(PGID_SEEN) and self.remote_pgid is None:
-                try:
-                    self.remote_pgid = int(line.split()[1])
-                except (IndexError, ValueError):
-                    continue
-                self.phases[-1].detail = f"running on {self.host}, remote session {self.remote_pgid}"
-                changed = True
-            version = ENGINE_VERSION.search(line)
-            if version and self.version is None:
-                self.version = version.group(1) or version.group(2)
-                changed = True
-            for phase, detail, _ in self._detector.feed(line):
-                if self.status is not Status.STARTING:
-                    continue
-                if phase in {p.phase for p in self.phases}:
-                    if phase is self.phase:
-                        self.phases[-1].detail = detail
-                else:
-                    self.enter_phase(phase, detail)
-                changed = True
-        return changed
-
-    def exited(self) -> bool:
-        if not self.runtime.has_exited():
-            return False
-        if self.runtime.started_here:
-            self.exit_code = self.runtime.exit_code
-        return True
-
-    def fail(self, diagnosis: Diagnosis) -> None:
-        self.diagnosis = diagnosis
-        self.status = Status.FAILED
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S, ssh: str = "ssh") -> StopResult:
-        """SIGTERM to the node's whole group (on its host too, over ssh), SIGKILL after `timeout`."""
-        started = time.monotonic()
-        if not self.is_alive():
-            self.stop_result = StopResult(StopStage.ALREADY_GONE, 0.0)
-        elif self.via == "ssh" and self.remote_pgid:
-            self.stop_result = self._stop_remote(timeout, ssh, started)
-        else:
-            self.stop_result = self.runtime.stop(timeout)
-        if self.runtime.started_here:
-            self.exit_code = self.runtime.exit_code
-        if self.status is not Status.FAILED:
-            self.status = Status.STOPPED
-        return self.stop_result
-
-    def _stop_remote(self, timeout: float, ssh: str, started: float) -> StopResult:
-        def remote(sig: str) -> bool:
-            argv = remote_stop_argv(self.host, int(self.remote_pgid or 0), sig, ssh)
-            try:
-                return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                return False
-
-        stage = StopStage.TERMINATED
-        remote("TERM")
-        deadline = time.monotonic() + timeout
-        while remote("0") and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if remote("0"):
-            remote("KILL")
-            stage = StopStage.KILLED
-        self.runtime.stop(10.0)  # the ssh client here ends with the remote command
-        return StopResult(stage, time.monotonic() - started, [self.pid] if self.pid else [])
+        p = self.process
+        return replace(self.record, status=p.status, phases=tuple(replace(x) for x in p.phases), diagnosis=p.diagnosis,
+                       exit_code=p.exit_code, remote_pgid=self.remote_pgid or self.record.remote_pgid,
+                       version=self.version)
 
 
 class Cluster:
     """A multi-node deployment: the head here and its workers, supervised together."""
 
-    def __init__(self, head: ServerProcess, nodes: list[NodeProcess], record: ClusterRecord) -> None:
+    def __init__(self, head: ServerProcess, record: ClusterRecord, spawned: Mapping[int, Spawned] | None = None) -> None:
         self.head = head
-        self.nodes = nodes
         self.head_address = record.head_address
         self.iface = record.iface
         self.expected_engines = list(record.expected_engines)
@@ -194,6 +159,30 @@ class Cluster:
         self._watcher: threading.Thread | None = None
         self._stopping = False
         self._head_version: str | None = None
+        self.nodes = [self._node(n, (spawned or {}).get(n.rank)) for n in record.nodes]
+
+    def _node(self, record: NodeRecord, spawned: Spawned | None) -> WorkerNode:
+        """A worker's process as a ServerProcess: a process group here (vllm, or the ssh client and
+        the session it started on its host), supervised as a node of this deployment."""
+        client = (LocalProcessGroup.spawned(spawned) if spawned is not None
+                  else LocalProcessGroup(record.pid, record.pid_started_at))
+        runtime: Runtime = client if record.via == LOCAL else SshSession(
+            client, record.host, Path(record.log_path), self.ssh, record.remote_pgid)
+        head = self.head
+        as_server = ServerRecord(
+            mode="local", port=record.port or head.port, served_model=head.model, started_at=record.started_at,
+            host=head.host, api_key=head.api_key, argv=list(record.argv), log_path=record.log_path,
+            # Only the head's secrets: what its log is redacted of is what every node's is.
+            env={k: v for k, v in head.env.items() if k in SECRET_ENV}, status=record.status, phases=record.phases,
+            exit_code=record.exit_code, diagnosis=record.diagnosis, run_id=head.run_id, **runtime.record_fields())
+
+        def diagnose(log_text: str, exit_code: int | None) -> Diagnosis:
+            return diagnose_node(log_text, rank=record.rank, host=record.host, via=record.via, exit_code=exit_code,
+                                 head_address=self.head_address)
+
+        supervision = Supervision(name=f"node {record.rank}", probes_http=False, diagnose=diagnose,
+                                  save=self._node_changed, stopped_elsewhere=self._stopping_now)
+        return WorkerNode(record, ServerProcess(as_server, head.state_dir, runtime, supervision))
 
     # -- what a view reads ----------------------------------------------------
 
@@ -215,38 +204,50 @@ class Cluster:
         """A row per node (the head first): what the Server tab and `status` list."""
         return node_rows(self.head, self)
 
+    def refresh(self) -> Status:
+        """Work the status out now: each node's (from the process table, for a cluster loaded
+        from its record), then the deployment's."""
+        for node in self.nodes:
+            node.process.refresh()
+        with self._cond:
+            if self._update_status():
+                self._save()
+        return self._status
+
     def _save(self) -> None:
-        write_cluster_record(self.head.state_dir, self.snapshot())
+        with self._lock:
+            write_cluster_record(self.head.state_dir, self.snapshot())
+
+    def _node_changed(self, _record: ServerRecord) -> None:
+        """A node's process changed (a phase, its status): record it, wake the waiters."""
+        with self._cond:
+            self._save()
+            self._cond.notify_all()
 
     # -- supervision ------------------------------------------------------------
 
     def supervise(self) -> None:
-        """Record the deployment and follow it live from this process (launch_cluster calls it)."""
+        """Follow the deployment live from this process (launch_cluster calls it): each node's
+        process by its own watcher, the deployment's readiness by this one."""
         self._save()
         _LIVE[str(self.head.run_id)] = self
+        for node in self.nodes:
+            where = node.host if node.host != LOCAL else "this machine"
+            node.process.supervise(stop_at_exit=False, started=f"pid {node.pid} on {where}")
         self._watcher = threading.Thread(target=self._watch, name=f"cluster-watch-{self.head.port}", daemon=True)
         self._watcher.start()
 
     def _watch(self) -> None:
         last_scrape = 0.0
         while True:
-            changed = False
-            for node in self.nodes:
-                changed |= node.read_log()
-                if node.status is Status.STARTING or node.status is Status.READY:
-                    if node.exited() and not self._stopping and not self._head_stopping():
-                        node.read_log()
-                        node.fail(diagnose_node(node.log_text(), rank=node.rank, host=node.host, via=node.via,
-                                                exit_code=node.exit_code, head_address=self.head_address))
-                        changed = True
-            changed |= self._check_versions()
+            changed = self._check_versions()
             if self._status is Status.STARTING and self.head.status is Status.READY \
-                    and time.monotonic() - last_scrape >= 1.0:
+                    and time.monotonic() - last_scrape >= ENGINES_EVERY_S:
                 last_scrape = time.monotonic()
                 changed |= self._check_engines()
-            changed |= self._update_status()
-            if changed:
-                with self._cond:
+            with self._cond:
+                changed |= self._update_status()
+                if changed:
                     self._save()
                     self._cond.notify_all()
             if self._status in (Status.FAILED, Status.STOPPED) and not self._stopping:
@@ -259,9 +260,9 @@ class Cluster:
                 return
             time.sleep(POLL_S)
 
-    def _head_stopping(self) -> bool:
-        """Is the head being stopped (by this process or another)? Then workers exiting is no failure."""
-        if self.head.status is Status.STOPPED:
+    def _stopping_now(self) -> bool:
+        """Is the deployment being stopped (by this process or another)? Then a node exiting is no failure."""
+        if self._stopping or self.head.status is Status.STOPPED:
             return True
         on_disk = read_record(self.head.state_dir)
         stopping = self.head.record.same_run(on_disk) and on_disk is not None \
@@ -271,16 +272,20 @@ class Cluster:
         return stopping
 
     def _check_versions(self) -> bool:
+        """A node that runs another vLLM than the head fails (both read from their logs)."""
         if self._head_version is None:
-            found = ENGINE_VERSION.search(self.head.log_text()) if self.head.log_path else None
-            self._head_version = (found.group(1) or found.group(2)) if found else None
+            self._head_version = engine_version(self.head.log_path)
         changed = False
         for node in self.nodes:
-            if node.status is Status.STARTING:
-                mismatch = version_mismatch(self._head_version, node.version, node.rank, node.host)
-                if mismatch:
-                    node.fail(mismatch)
-                    changed = True
+            if node.status is not Status.STARTING:
+                continue
+            if node.version is None:
+                node.version = engine_version(node.log_path)
+                changed |= node.version is not None
+            mismatch = version_mismatch(self._head_version, node.version, node.rank, node.host)
+            if mismatch:
+                node.process.fail(mismatch)
+                changed = True
         return changed
 
     def _check_engines(self) -> bool:
@@ -297,6 +302,7 @@ class Cluster:
         return True
 
     def _update_status(self) -> bool:
+        """The deployment's status from the head's and the nodes' (call holding the lock)."""
         before = self._status
         failed = [n for n in self.nodes if n.status is Status.FAILED]
         if self.head.status is Status.FAILED or failed:
@@ -310,9 +316,8 @@ class Cluster:
             self._status = Status.READY
             self.time_to_ready_s = round(time.time() - self.head.started_at, 3)
             for node in self.nodes:
-                node.status = Status.READY
-                node.enter_phase(StartupPhase.READY, "its engine reports in the head's /metrics"
-                            if not node.serves_http else "serving")
+                node.process.mark_ready("serving" if node.serves_http
+                                        else "its engine reports in the head's /metrics")
         return self._status is not before
 
     def _stop_rest(self) -> None:
@@ -323,7 +328,7 @@ class Cluster:
     def stop_workers(self, timeout: float) -> None:
         """Stop every worker node (the head's ClusterHead runtime calls it beside the head's stop)."""
         self._stopping = True
-        threads = [threading.Thread(target=n.stop, args=(timeout, self.ssh), daemon=True) for n in self.nodes]
+        threads = [threading.Thread(target=n.stop, args=(timeout,), daemon=True) for n in self.nodes]
         for t in threads:
             t.start()
         for t in threads:
@@ -335,28 +340,39 @@ class Cluster:
 
     # -- waiting and stopping -------------------------------------------------------
 
-    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> Cluster:
-        """Block until every node is up; LaunchError with the failing node's diagnosis otherwise."""
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S, *, stop: StopCheck | None = None) -> Cluster:
+        """Block until every node is up and return the deployment; otherwise NotReady, as
+        ServerProcess.wait_ready (FAILED with the failing node's diagnosis)."""
+        began = time.monotonic()
+        deadline = began + timeout
         with self._cond:
             while self._status is Status.STARTING:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = sorted(set(self.expected_engines) - set(self.engines_seen))
-                    raise LaunchError(
-                        f"The {len(self.nodes) + 1}-node deployment is not ready after {timeout:.0f} s "
-                        f"(head: {self.head.status.value}; engines not reporting: {', '.join(missing) or 'none'}).",
+                now = time.monotonic()
+                missing = sorted(set(self.expected_engines) - set(self.engines_seen))
+                where = (f"head: {self.head.status.value}; engines not reporting: {', '.join(missing) or 'none'}; "
+                         f"{time.time() - self.head.started_at:.0f} s since it started")
+                if stop is not None and stop():
+                    raise NotReady(f"Stopped waiting for the {len(self.nodes) + 1}-node deployment after "
+                                   f"{now - began:.0f} s ({where}); it is still starting.",
+                                   outcome=ReadyOutcome.STOPPED, waited_s=now - began,
+                                   hint="Wait for it again, or stop it (Cluster.stop()).")
+                if now >= deadline:
+                    raise NotReady(
+                        f"The {len(self.nodes) + 1}-node deployment is not ready after {now - began:.0f} s of "
+                        f"waiting ({where}).", outcome=ReadyOutcome.TIMED_OUT, waited_s=now - began,
                         hint=f"It is still running; read the node logs ({', '.join(str(n.log_path) for n in self.nodes)}, "
                         f"{self.head.log_path}) or stop it.")
-                self._cond.wait(min(left, 0.5))
+                self._cond.wait(min(deadline - now, 0.5))
         if self._status is Status.READY:
             return self
+        waited = time.monotonic() - began
         d = self.diagnosis
         if d is None:
-            raise LaunchError("The multi-node deployment was stopped before it was ready.")
+            raise NotReady("The multi-node deployment was stopped before it was ready.",
+                           outcome=ReadyOutcome.STOPPED, waited_s=waited)
         logs = ", ".join([str(self.head.log_path), *(str(n.log_path) for n in self.nodes)])
-        raise LaunchError(f"The multi-node deployment failed: {d.summary}", hint=f"{d.fix}\nLogs: {logs}",
-                          settings=d.settings)
+        raise NotReady(f"The multi-node deployment failed: {d.summary}", outcome=ReadyOutcome.FAILED,
+                       waited_s=waited, diagnosis=d, hint=f"{d.fix}\nLogs: {logs}")
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> StopResult:
         """Stop every node (the head's stop stops the workers alongside it)."""
@@ -391,24 +407,26 @@ def launch_cluster(
     for note in command.notes:
         progress(f"note: {note}")
     head = start(command.head, state_dir=state_dir, on_event=on_event, stop_at_exit=stop_at_exit)
-    nodes = []
+    spawned: dict[int, Spawned] = {}
+    nodes: list[NodeRecord] = []
     try:
         for node in command.workers:
-            nodes.append(_spawn(node, head.state_dir))
+            spawned[node.rank], node_record = _spawn(node, head.state_dir)
+            nodes.append(node_record)
     except LaunchError:
-        for started in nodes:
-            started.stop(10.0, ssh)
+        for started in spawned.values():  # nothing ran on a worker host yet: their groups here are all
+            stop_group(started.group, 10.0)
         head.stop(10.0)
         raise
     record = ClusterRecord(head.run_id, command.head_address, command.iface, tuple(command.expected_engines),
-                           notes=tuple(command.notes), ssh=command.ssh)
-    cluster = Cluster(head, nodes, record)
+                           notes=tuple(command.notes), ssh=command.ssh, nodes=tuple(nodes))
+    cluster = Cluster(head, record, spawned)
     head.runtime = ClusterHead(head.runtime, cluster.stop_workers)  # the head's stop stops the workers too
     cluster.supervise()
     return cluster
 
 
-def _spawn(node: NodeCommand, folder: Path) -> NodeProcess:
+def _spawn(node: NodeCommand, folder: Path) -> tuple[Spawned, NodeRecord]:
     log_path = _node_log(folder, node.rank)
     spawned = spawn_group(node.argv, node.env, log_path, what=f"node {node.rank}",
                           hint="Check that the program exists (vllm here, ssh for a remote worker).")
@@ -416,10 +434,7 @@ def _spawn(node: NodeCommand, folder: Path) -> NodeProcess:
                         argv=tuple(node.argv), remote_argv=None if node.remote_argv is None else tuple(node.remote_argv),
                         serves_http=node.serves_http, port=node.port, pid=spawned.pid,
                         pid_started_at=spawned.started_at)
-    process = NodeProcess(record, spawned.popen)
-    process.enter_phase(StartupPhase.STARTED,
-                        f"pid {spawned.pid} on {node.host if node.host != LOCAL else 'this machine'}")
-    return process
+    return spawned, record
 
 
 # -- records (any process) -------------------------------------------------------------
@@ -433,13 +448,8 @@ def load_cluster(head: ServerProcess) -> Cluster | None:
     record = read_cluster_record(head.state_dir)
     if record is None or record.run_id != head.run_id:
         return None
-    nodes = [NodeProcess(n) for n in record.nodes]
-    cluster = Cluster(head, nodes, record)
-    for node in nodes:  # not supervised here: work the status out from the process table
-        if node.status in (Status.STARTING, Status.READY) and not node.is_alive():
-            node.fail(diagnose_node(node.log_text(), rank=node.rank, host=node.host, via=node.via,
-                                    exit_code=node.exit_code, head_address=cluster.head_address))
-    cluster._update_status()
+    cluster = Cluster(head, record)
+    cluster.refresh()  # not supervised here: the status from the process table
     return cluster
 
 

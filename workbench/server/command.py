@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from workbench.builds import build_local
 from workbench.errors import LaunchError
 from workbench.recipes.argv import flag_value, set_flag
 from workbench.server.hardware import detect_hardware
@@ -123,17 +124,6 @@ def vllm_executable() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("vllm")
-
-def _build_local_model(name: str, progress: Callable[[str], None]) -> Path:
-    from workbench.demo import models, rehearsal
-
-    builders = {models.DEMO_MODEL_NAME: models.build_demo_model,
-                models.FORCING_MODEL_NAME: models.build_forcing_model,
-                rehearsal.REHEARSAL_NAME: rehearsal.build_rehearsal_model}
-    if name not in builders:
-        raise LaunchError(f"The plan asks for a local build named {name!r}, which the workbench cannot build.",
-                          hint=f"Known local builds: {', '.join(builders)}.")
-    return builders[name](progress=progress).path
 
 
 def container_argv(plan: PlanLike, port: int, host: str, name: str) -> list[str]:
@@ -245,7 +235,7 @@ def prepare(
     if key:
         env["VLLM_API_KEY"] = key
     if plan.local_build:
-        model = str(_build_local_model(plan.local_build, progress or log.info))
+        model = str(build_local(plan.local_build, progress or log.info))
         if flag_value(rest, "--served-model-name") is None:
             rest += ["--served-model-name", plan.served_model_name or plan.argv[2]]
     rest = set_flag(rest, "--port", str(port))

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from workbench.recipes import load_catalog
 from workbench.recipes.known_issues import KnownIssue, known_issue_entries, log_known_issue
 
 __all__ = ["Cause", "Diagnosis", "diagnose", "known_issues_for_plan", "last_lines", "RULES"]
@@ -309,8 +310,6 @@ def known_issues_for_plan(plan: Mapping[str, Any] | None) -> list[KnownIssue]:
         return []
     issues = [KnownIssue.from_dict(k) for k in plan.get("known_issues") or []]
     try:
-        from workbench.recipes import load_catalog
-
         issues += known_issue_entries(load_catalog().recipe(str(plan.get("recipe_id"))))
     except Exception as exc:  # noqa: BLE001 - a broken recipe folder must not hide the diagnosis
         log.warning("known issues of recipe %s not read (%s: %s); diagnosing without them",

@@ -10,6 +10,10 @@ A handle made by start()/launch() in this process is supervised by a watcher
 thread: `status`, `phase`, `phases` and `events()` update live. A handle loaded
 from a record (find_running, load_server) works out its status when asked
 (`refresh()`), from the process table and HTTP.
+
+A worker node of a multi-node deployment is followed by the same class: its
+`Supervision` says what differs (no HTTP of its own to probe: the deployment
+declares it ready; its diagnosis; where its record is kept; who stops it).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +40,13 @@ from workbench.server.ports import port_holder
 from workbench.server.machine import installed_vllm
 from workbench.server.probe import probe, tls_context
 from workbench.server.process import STOP_TIMEOUT_S, StopResult, StopStage
+from workbench.server.readiness import NotReady, ReadyOutcome
 from workbench.server.record import ServerRecord, mark_stopping, read_record, save_record
 from workbench.server.runtime import Runtime
 from workbench.server.state import SECRET_ENV, STATE_FILE, redact_record
 
-__all__ = ["STARTUP_TIMEOUT_S", "ServerEvent", "ServerEventKind", "ServerProcess", "tls_context"]
+__all__ = ["STARTUP_TIMEOUT_S", "ServerEvent", "ServerEventKind", "ServerProcess", "StopCheck", "Supervision",
+           "tls_context"]
 
 log = logging.getLogger("workbench.server")
 
@@ -48,6 +54,27 @@ STARTUP_TIMEOUT_S = 900.0
 POLL_S = 0.25
 HEALTH_EVERY_S = 1.0
 WATCH_EVERY_S = 5.0  # after ready: each probe is a line in vLLM's access log
+
+
+StopCheck = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """What differs between following a server and following a worker node; the following
+    itself (log, phases, status, diagnosis, events, the staged stop) is the same code.
+
+    The defaults are a server's: ready when /health and /v1/models answer, diagnosed by the
+    server rules, recorded in its folder's state.json, stopped elsewhere when that says so."""
+
+    name: str | None = None  # how the log names it (default: "server <port>")
+    probes_http: bool = True  # False: no HTTP of its own; `mark_ready` declares it ready
+    diagnose: Callable[[str, int | None], Diagnosis] | None = None  # (its log, redacted; exit code) -> why
+    save: Callable[[ServerRecord], None] | None = None  # where each change goes (default: state.json)
+    stopped_elsewhere: StopCheck | None = None  # is a stop of it under way elsewhere? (its exit is no failure)
+
+
+SERVER = Supervision()
 
 
 def _url_host(host: str) -> str:
@@ -62,9 +89,12 @@ class ServerProcess:
     `diagnosis` and `time_to_ready_s` are how it is doing (the supervisor's to
     change); `runtime` is how it runs."""
 
-    def __init__(self, record: ServerRecord, state_dir: Path, runtime: Runtime) -> None:
+    def __init__(self, record: ServerRecord, state_dir: Path, runtime: Runtime,
+                 supervision: Supervision = SERVER) -> None:
         self.state_dir = state_dir
         self.runtime = runtime
+        self.supervision = supervision
+        self.name = supervision.name or f"server {record.port}"
         self.record = record
         self.mode: Mode = record.mode
         self.port = record.port
@@ -199,7 +229,7 @@ class ServerProcess:
                 and self.phases[-1].duration_s is None:
             self.phases[-1].duration_s = round(elapsed - self.phases[-1].started_s, 3)
         if kind != "progress":
-            log.info("server %s: %s %s", self.port, phase.value if phase else self.status.value, detail)
+            log.info("%s: %s %s", self.name, phase.value if phase else self.status.value, detail)
         event = ServerEvent(kind, phase, self.status, round(elapsed, 3), detail, progress,
                             self.diagnosis if kind == "status" else None)
         self._events.publish(event)
@@ -207,21 +237,27 @@ class ServerProcess:
             self.save()
 
     def save(self) -> None:
-        """Write the record (unless another process already recorded this run stopped)."""
+        """Write the record (unless another process already recorded this run stopped), or hand it
+        to the supervision's `save` (a node's deployment keeps it; it takes its own lock)."""
+        if self.supervision.save is not None:
+            self.supervision.save(self.snapshot())
+            return
         with self._save_lock:
             save_record(self.state_dir, self.snapshot())
 
     # -- supervision (watcher thread) ------------------------------------------
 
-    def supervise(self, *, on_event: Callable[[ServerEvent], None] | None = None, stop_at_exit: bool = True) -> None:
-        """Follow a server this process just started: the STARTED phase, a stop at
-        interpreter exit (unless `stop_at_exit` is False), the watcher thread."""
+    def supervise(self, *, on_event: Callable[[ServerEvent], None] | None = None, stop_at_exit: bool = True,
+                  started: str | None = None) -> None:
+        """Follow a server this process just started: the STARTED phase (`started` its detail), a
+        stop at interpreter exit (unless `stop_at_exit` is False), the watcher thread."""
         if on_event:
             self.subscribe(on_event)
-        self.emit("phase", StartupPhase.STARTED, f"pid {self.pid}: {' '.join(self.argv[:3])} ...")
+        self.emit("phase", StartupPhase.STARTED, started or f"pid {self.pid}: {' '.join(self.argv[:3])} ...")
         if stop_at_exit:
             atexit.register(self._stop_at_exit)
-        self._watcher = threading.Thread(target=self._watch, name=f"vllm-watch-{self.port}", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, name=f"watch-{self.name.replace(' ', '-')}",
+                                         daemon=True)
         self._watcher.start()
 
     def _watch(self) -> None:
@@ -248,7 +284,8 @@ class ServerProcess:
                 return
             now = time.monotonic()
             every = HEALTH_EVERY_S if self.status is Status.STARTING else WATCH_EVERY_S
-            if self.status in (Status.STARTING, Status.READY) and now - last_probe >= every:
+            if self.supervision.probes_http and self.status in (Status.STARTING, Status.READY) \
+                    and now - last_probe >= every:
                 last_probe = now
                 self._check_http()
             time.sleep(POLL_S)
@@ -259,35 +296,52 @@ class ServerProcess:
             if health == 200 and StartupPhase.HTTP_UP not in {r.phase for r in self.phases}:
                 self.emit("phase", StartupPhase.HTTP_UP, self.base_url)
             if health == 200 and listed:
-                self.time_to_ready_s = round(time.monotonic() - self._started_mono, 3)
-                self.emit("phase", StartupPhase.READY, f"{self.model} at {self.openai_base_url}")
-                self.status = Status.READY
-                self.emit("status", None, f"ready in {self.time_to_ready_s:.1f} s")
+                self.mark_ready(f"{self.model} at {self.openai_base_url}")
         elif self.status is Status.READY and health is not None and health >= 500 and not self._stopping:
             # vLLM answers 503 on /health once its engine is dead.
             self._fail(None)
 
+    def mark_ready(self, detail: str) -> None:
+        """It is ready: the READY phase with `detail`, then the status. The watcher calls it when
+        /health and /v1/models answer; a deployment, for a worker node whose engine reports."""
+        if self.status is not Status.STARTING:
+            return
+        self.time_to_ready_s = round(time.monotonic() - self._started_mono, 3)
+        self.emit("phase", StartupPhase.READY, detail)
+        self.status = Status.READY
+        self.emit("status", None, f"ready in {self.time_to_ready_s:.1f} s")
+
+    def fail(self, diagnosis: Diagnosis) -> None:
+        """It failed, for the reason `diagnosis` gives (a deployment's check can know what no log says)."""
+        self.diagnosis = diagnosis
+        self.status = Status.FAILED
+        log.warning("%s failed: %s", self.name, diagnosis.summary)
+        self.emit("status", None, diagnosis.summary)
+
     def _diagnose(self, exit_code: int | None) -> Diagnosis:
-        """The log's diagnosis, with the plan's known issues and, for a vLLM from this environment,
-        its version beside the recipe's minimum."""
+        """The log's diagnosis (the supervision's own, for a node). A server's comes with the plan's
+        known issues, for a vLLM from this environment its version beside the recipe's minimum, and
+        for a port in use, what holds it."""
+        if self.supervision.diagnose is not None:
+            return self.supervision.diagnose(self.log_text(), exit_code)
         installed = installed_vllm() if self.mode == "local" else None
         wanted = (self.plan or {}).get("min_vllm_version")
-        return diagnose(self.log_text(), exit_code=exit_code, known_issues=known_issues_for_plan(self.plan),
-                        installed_vllm=installed, min_vllm=str(wanted) if wanted else None)
+        found = diagnose(self.log_text(), exit_code=exit_code, known_issues=known_issues_for_plan(self.plan),
+                         installed_vllm=installed, min_vllm=str(wanted) if wanted else None)
+        if found.cause == "address_in_use":
+            holder = port_holder(self.port)
+            if holder and holder.pid not in self.group_pids():
+                found = replace(found, summary=f"Port {self.port} is held by {holder.describe()}.")
+        return found
 
     def _fail(self, exit_code: int | None, *, gone: bool = False) -> None:
         self.exit_code = exit_code
         known = self.runtime.gone_diagnosis() if gone else None
-        self.diagnosis = known or self._diagnose(exit_code)
-        if self.diagnosis.cause == "address_in_use":
-            holder = port_holder(self.port)
-            if holder and holder.pid not in self.group_pids():
-                self.diagnosis = replace(self.diagnosis, summary=f"Port {self.port} is held by {holder.describe()}.")
-        self.status = Status.FAILED
-        log.warning("server %s failed: %s", self.port, self.diagnosis.summary)
-        self.emit("status", None, self.diagnosis.summary)
+        self.fail(known or self._diagnose(exit_code))
 
     def _stopped_elsewhere(self) -> bool:
+        if self.supervision.stopped_elsewhere is not None:
+            return self.supervision.stopped_elsewhere()
         on_disk = read_record(self.state_dir)
         return self.record.same_run(on_disk) and on_disk is not None \
             and on_disk.status in (Status.STOPPED, Status.STOPPING)
@@ -309,7 +363,7 @@ class ServerProcess:
             try:
                 self.runtime.stop(5.0)
             except LaunchError as exc:
-                log.warning("server %s: what its leader left could not be stopped: %s", self.port, exc.message)
+                log.warning("%s: what its leader left could not be stopped: %s", self.name, exc.message)
 
     # -- status for a handle that is not supervised here ---------------------
 
@@ -321,6 +375,8 @@ class ServerProcess:
             if self.status is not Status.FAILED:
                 self._fail(self.exit_code, gone=True)
             return self.status
+        if not self.supervision.probes_http:
+            return self.status  # its deployment says when it is ready
         health, listed = probe(self.base_url, self.model, self.api_key, timeout=1.5)
         if health == 200 and (listed or not self.runtime.owns_processes):
             self.status = Status.READY
@@ -330,32 +386,42 @@ class ServerProcess:
 
     # -- waiting and stopping ------------------------------------------------
 
-    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> ServerProcess:
-        """Block until ready; raise LaunchError with the diagnosis if it fails or times out."""
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S, *, stop: StopCheck | None = None) -> ServerProcess:
+        """Block until ready and return the server. Any other end raises NotReady, whose `outcome`
+        says which: FAILED (with the diagnosis), TIMED_OUT (it still runs), STOPPED (`stop()`, asked
+        twice a second, turned True and it still runs; or the server was stopped)."""
+        began = time.monotonic()
+        deadline = began + timeout
         while True:
             status = self.status if self.supervised else self.refresh()
             if status is Status.READY:
                 return self
             if status in (Status.FAILED, Status.STOPPED):
                 break
-            if time.monotonic() >= deadline:
-                raise LaunchError(
-                    f"vllm serve on port {self.port} is not ready after {timeout:.0f} s "
-                    f"(phase: {self.phase.value if self.phase else 'none'}).",
-                    hint=f"It is still running; watch {self.log_path} or stop it (ServerProcess.stop()).",
-                )
+            now = time.monotonic()
+            where = f"phase: {self.phase.label if self.phase else 'none'}, {now - self._started_mono:.0f} s since it started"
+            if stop is not None and stop():
+                raise NotReady(f"Stopped waiting for vllm serve on port {self.port} after {now - began:.0f} s "
+                               f"({where}); it is still starting.", outcome=ReadyOutcome.STOPPED,
+                               waited_s=now - began, hint="Wait for it again, or stop it (ServerProcess.stop()).")
+            if now >= deadline:
+                raise NotReady(
+                    f"vllm serve on port {self.port} is not ready after {now - began:.0f} s of waiting ({where}).",
+                    outcome=ReadyOutcome.TIMED_OUT, waited_s=now - began,
+                    hint=f"It is still running; watch {self.log_path} or stop it (ServerProcess.stop()).")
             with self._events.cond:
-                self._events.cond.wait(0.5)
+                self._events.cond.wait(min(0.5, deadline - now))
         if self._watcher:
             self._watcher.join(5)
+        waited = time.monotonic() - began
         if self.status is Status.STOPPED:
-            raise LaunchError(f"vllm serve on port {self.port} was stopped before it was ready.")
+            raise NotReady(f"vllm serve on port {self.port} was stopped before it was ready.",
+                           outcome=ReadyOutcome.STOPPED, waited_s=waited)
         d = self.diagnosis or self._diagnose(self.exit_code)
         known = (f"\nKnown issue: {d.known_issue['title']} ({d.known_issue['sources'][0]})"
                  if d.known_issue and d.known_issue.get("sources") else "")
-        raise LaunchError(f"vllm serve on port {self.port} failed: {d.summary}",
-                          hint=f"{d.fix}{known}\nLog: {self.log_path}", settings=d.settings)
+        raise NotReady(f"vllm serve on port {self.port} failed: {d.summary}", outcome=ReadyOutcome.FAILED,
+                       waited_s=waited, diagnosis=d, hint=f"{d.fix}{known}\nLog: {self.log_path}")
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> StopResult:
         """Staged stop of everything the runtime runs (an attached server is only
@@ -363,7 +429,8 @@ class ServerProcess:
         started = time.monotonic()
         if self.runtime.owns_processes:
             self._stopping = True
-            if self.runtime.started_here or self.runtime.is_alive():
+            # Other processes read a stop under way in its state.json (a node's record is its deployment's).
+            if self.supervision.save is None and (self.runtime.started_here or self.runtime.is_alive()):
                 mark_stopping(self.state_dir, self.snapshot())
         result = self.runtime.stop(timeout)
         self.stop_result = replace(result, seconds=round(time.monotonic() - started, 3))
@@ -375,7 +442,7 @@ class ServerProcess:
             self.status = Status.STOPPED
         stage = self.stop_result.stage
         self.emit("status", None, "detached" if stage is StopStage.DETACHED else f"stopped ({stage.value})")
-        log.info("server %s stopped: %s in %.1f s", self.port, stage.value, self.stop_result.seconds)
+        log.info("%s stopped: %s in %.1f s", self.name, stage.value, self.stop_result.seconds)
         return self.stop_result
 
     def keep(self) -> None:
@@ -387,4 +454,4 @@ class ServerProcess:
             try:
                 self.stop(timeout=15)
             except Exception as exc:  # at interpreter exit there is nobody left to ask; say it in the log
-                log.warning("server %s could not be stopped at exit: %s", self.port, exc)
+                log.warning("%s could not be stopped at exit: %s", self.name, exc)

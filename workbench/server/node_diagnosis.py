@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 import signal
+from pathlib import Path
 
 from workbench.server.diagnosis import Diagnosis, diagnose, last_lines
 
 PGID_SEEN = "workbench-node-pgid"  # the remote side's first line (workbench.server.nodes.PGID_MARKER)
 
-__all__ = ["ENGINE_VERSION", "diagnose_node", "version_mismatch"]
+__all__ = ["ENGINE_VERSION", "diagnose_node", "engine_version", "version_mismatch"]
 
 # The version each node's log states: the engine core's line (head and DP workers) and
 # the headless multi-node TP/PP executor's (vLLM 0.32 entrypoints/cli/serve.py, v1/engine/core.py).
@@ -32,6 +33,22 @@ _NO_VLLM = re.compile(r"^.*(?:vllm|env): .*(?:command not found|No such file or 
                       r"^.*: \d+: .*vllm: not found.*$", re.MULTILINE)
 _NO_HEAD = re.compile(r"Did not receive response from front-end process within \d+ minutes|"
                       r"DistNetworkError: The client socket has timed out.*")
+
+
+_VERSION_WITHIN = 512 * 1024  # the engine states its version early in its log
+
+
+def engine_version(log_path: Path | None) -> str | None:
+    """The vLLM version a node's (or the head's) log states near its start, or None (not yet, or no log)."""
+    if log_path is None:
+        return None
+    try:
+        with log_path.open("rb") as f:
+            text = f.read(_VERSION_WITHIN).decode(errors="replace")
+    except OSError:
+        return None
+    found = ENGINE_VERSION.search(text)
+    return (found.group(1) or found.group(2)) if found else None
 
 
 def version_mismatch(head_version: str | None, node_version: str | None, rank: int, host: str) -> Diagnosis | None:

@@ -25,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from workbench.errors import InputError
+from workbench.paths import workbench_cache
 from workbench.server.command import vllm_executable
 
 log = logging.getLogger("workbench.server")
@@ -138,9 +139,7 @@ def vllm_flag_table(*, executable: str | None = None, cache: Path | None = None,
     if version in _TABLES:
         return _TABLES[version]
     if cache is None:
-        from workbench.demo.models import cache_dir
-
-        cache = cache_dir().parent / "vllm-flags"
+        cache = workbench_cache() / "vllm-flags"
     path = cache / f"{version}.json"
     try:
         rows = json.loads(path.read_text())

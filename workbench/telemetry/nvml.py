@@ -43,8 +43,17 @@ class NvmlUnavailable(Exception):
     """NVML cannot be used here at all (no library, no driver, no GPU); str() says which."""
 
 
+# nvmlErrorString(NVML_ERROR_NOT_SUPPORTED): how a recording (str of pynvml's NVMLError) keeps that answer.
+NOT_SUPPORTED_TEXT = "Not Supported"
+
+
 class NvmlFieldUnavailable(Exception):
-    """One figure NVML does not give for this device ("Not Supported" on a GB10's memory, say)."""
+    """One figure NVML does not give for this device; `not_supported` when NVML says the device has
+    no such figure (a GB10's memory, say), rather than that reading it failed."""
+
+    def __init__(self, message: str, *, not_supported: bool = False) -> None:
+        super().__init__(message)
+        self.not_supported = not_supported
 
 
 class NvmlApi(Protocol):
@@ -68,7 +77,7 @@ class PynvmlApi:
     """The real NVML, through nvidia-ml-py. Raises NvmlUnavailable when it cannot start."""
 
     def __init__(self) -> None:
-        try:
+        try:  # optional where no NVIDIA driver is: said, not raised
             import pynvml
         except ImportError as exc:
             raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed") from exc
@@ -136,7 +145,7 @@ class PynvmlApi:
                 return [{"pid": int(p.pid), "used_memory": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
                         for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
         except nv.NVMLError as exc:
-            raise NvmlFieldUnavailable(str(exc)) from exc
+            raise NvmlFieldUnavailable(str(exc), not_supported=exc.value == nv.NVML_ERROR_NOT_SUPPORTED) from exc
         raise KeyError(field)
 
 
@@ -161,7 +170,8 @@ class RecordedNvml:
     def read(self, index: int, field: str) -> Any:
         value = self.recording["devices"][index].get(field, {"unavailable": "not recorded"})
         if isinstance(value, dict) and "unavailable" in value:
-            raise NvmlFieldUnavailable(str(value["unavailable"]))
+            said = str(value["unavailable"])
+            raise NvmlFieldUnavailable(said, not_supported=said == NOT_SUPPORTED_TEXT)
         return value
 
 
@@ -212,7 +222,7 @@ def sample_from_nvml(api: NvmlApi, index: int, meminfo: Callable[[], str | None]
         memory = api.read(index, "memory")
     except NvmlFieldUnavailable as exc:
         memory = None
-        text = meminfo() if meminfo is not None and "not supported" in str(exc).lower() else None
+        text = meminfo() if meminfo is not None and exc.not_supported else None
         unified = unified_memory(text) if text else None
         if unified:
             used, total = unified

@@ -7,6 +7,7 @@ import gradio as gr
 
 from workbench.agents.harnesses import HARNESSES, connection_for, render_harness
 from workbench.agents.verify import ExpectedParsers, VerifyReport, verify_endpoint
+from workbench.demo.forcing import verify_fields_for_served_model
 from workbench.errors import WorkbenchError
 
 _OUTCOME = {"pass": "pass", "fail": "FAIL", "not_applicable": "not applicable"}
@@ -26,8 +27,6 @@ def report_summary(report: VerifyReport) -> str:
 
 def verify_slot(slot) -> tuple[str, list[list[str]]]:
     """Run the verifier against the slot's ready server, compared with the plan it was launched from."""
-    from workbench.demo.forcing import verify_fields_for_served_model
-
     base_url, model = slot.ready_server()
     if base_url is None:
         return f"⚠ {model}", []

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from workbench._version import __version__
 from workbench.errors import InputError, WorkbenchError
@@ -25,6 +26,7 @@ from workbench.recipes import load_catalog, recipe_for_hardware
 from workbench.server.hardware import detect
 from workbench.ui import bench_tab, chat_tab, experiment_tab, recipe_tab, server_tab, throughput_tab
 from workbench.ui.exports import GRADIO_CACHE_CLEANUP
+from workbench.ui.guards import HostCheck, LoginThrottle, allowed_hosts
 from workbench.workshop.settings import check_password
 
 # Pauses the page's timers while the browser tab is hidden, and resumes the
@@ -172,10 +174,6 @@ MAX_FILE_SIZE = "20mb"
 def guard_middleware(host: str, share: bool) -> list[Any]:
     """The app's own middleware: answer only its host names (a share link's name is
     Gradio's, and wildcard binds need --auth), and throttle wrong --auth logins."""
-    from starlette.middleware import Middleware
-
-    from workbench.ui.guards import HostCheck, LoginThrottle, allowed_hosts
-
     return [Middleware(HostCheck, hosts=None if share else allowed_hosts(host)), Middleware(LoginThrottle)]
 
 

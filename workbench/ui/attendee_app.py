@@ -18,6 +18,7 @@ from typing import Any
 import gradio as gr
 
 from workbench.chat import Conversation, TurnTranscript
+from workbench.chat.transcript import ErrorPart, Part, ToolCallPart
 from workbench.errors import WorkbenchError
 from workbench.metrics import ThroughputFigures
 from workbench.ui.chat_widgets import chat_controls, turn_panels
@@ -59,10 +60,16 @@ def _refusal(exc: WorkbenchError) -> gr.Error:
     return gr.Error(html.escape(public_text(text)), print_exception=False)
 
 
-def _public_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages with this machine's paths cut from error texts (the server's errors name its model's folder)."""
-    return [{**m, "content": public_text(m["content"])} if str(m.get("content", "")).startswith("⚠") else m
-            for m in messages]
+def _public_messages(transcript: TurnTranscript) -> list[dict[str, Any]]:
+    """The turn's chat messages with this machine's paths cut from its errors (the server's errors name
+    its model's folder): the user's message, then one per part of the answer."""
+    user, *parts = turn_messages(transcript)
+    return [user, *({**m, "content": public_text(m["content"])} if _is_error(part) else m
+                    for part, m in zip(transcript.parts, parts))]
+
+
+def _is_error(part: Part) -> bool:
+    return isinstance(part, ErrorPart) or (isinstance(part, ToolCallPart) and part.error is not None)
 
 
 def _address(request: gr.Request) -> str:
@@ -108,7 +115,7 @@ def build_attendee_blocks(room: Room, room_chat: RoomChat,
             try:
                 shown: list[dict[str, Any]] = chat.display
                 async for transcript in room_chat.turn(chat, name, text, address):
-                    shown = chat.display + _public_messages(turn_messages(transcript))
+                    shown = chat.display + _public_messages(transcript)
                     yield transcript.answer_text(), shown
                 chat.display = shown
             except WorkbenchError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 import gradio as gr
 
 from workbench.chat import ChatSession
+from workbench.chat.approval import ToolApprovals
 from workbench.chat.tools import McpConnections, McpServerSpec
 from workbench.errors import WorkbenchError
 
@@ -82,8 +83,6 @@ def attach_mcp(session: ChatSession, connections: object, saved: object) -> None
         connections.register_into(session.tools)
     policies = saved_mcp(saved).get("approvals")
     if isinstance(policies, dict) and not session.approvals.per_tool:
-        from workbench.chat.approval import ToolApprovals
-
         try:
             session.approvals = ToolApprovals.from_dict(policies)
         except WorkbenchError:

@@ -48,7 +48,9 @@ from workbench.bench.goodput import parse_goodput
 from workbench.errors import InputError, WorkbenchError
 from workbench.ui.background import BackgroundWork
 from workbench.recipes import Selection
+from workbench.recipes.plan import split_extra_flags
 from workbench.server import find_running
+from workbench.server.page_flags import check_page_flags, vllm_flag_table
 
 MAX_CONCURRENCY = 4096
 WINNER_COLUMNS = ["concurrency", "figure", "winner", "value", "lead"]
@@ -227,9 +229,6 @@ class ExperimentTab:
 
 def create_ui(catalog, default_hardware: str, state_dir=None, results_root: Path | None = None) -> ExperimentTab:
     """`results_root`: where experiments' folders go (default: experiments/ in the current folder)."""
-    from workbench.recipes.plan import split_extra_flags
-    from workbench.server.page_flags import check_page_flags, vllm_flag_table
-
     root = (results_root or Path(EXPERIMENTS_DIR)).resolve()
     with gr.Row():
         with gr.Column(scale=1, min_width=300):

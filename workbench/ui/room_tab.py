@@ -14,7 +14,8 @@ import gradio as gr
 from workbench.errors import WorkbenchError
 from workbench.metrics import ThroughputFigures
 from workbench.metrics.display import NO_DATA, PER_ENGINE_LABEL, format_per_engine, format_seconds
-from workbench.server.preflight import EnvironmentCheck, day_of_checks, warm_up_check
+from workbench.server.checks import EnvironmentCheck
+from workbench.workshop.day_of import day_of_checks, warm_up_check
 from workbench.telemetry import format_gpu_strip, shared_gpu_poller
 from workbench.ui import room_admin
 from workbench.workshop import Room, RoomSnapshot

@@ -10,10 +10,13 @@ from typing import Any
 import gradio as gr
 
 from workbench import server
-from workbench.errors import WorkbenchError
+from workbench.errors import InputError, WorkbenchError
 from workbench.recipes import Catalog, LaunchPlan
+from workbench.recipes.plan import split_extra_flags
 from workbench.server.cluster import node_rows
 from workbench.server.logfile import without_exit_noise
+from workbench.server.page_flags import check_page_flags, page_flag_problems, vllm_flag_table
+from workbench.ui import agents_panel
 
 # Lines of the log the tab shows (nanobind's leak report at exit folded first).
 LOG_LINES = 30
@@ -36,9 +39,6 @@ SERVER_CONTROLS_NOTE = "launch, stop and attach are private events; the launch r
 
 def checked_page_plan(plan: dict, progress=None) -> LaunchPlan:
     """The plan from the page, refused (InputError) when its extra flags may not come from a page."""
-    from workbench.recipes.plan import split_extra_flags
-    from workbench.server.page_flags import check_page_flags, vllm_flag_table
-
     launch_plan = LaunchPlan.from_dict(plan)
     extra = split_extra_flags(launch_plan.selection.get("extra") or [])
     if extra:
@@ -48,10 +48,6 @@ def checked_page_plan(plan: dict, progress=None) -> LaunchPlan:
 
 def page_plan_problems(plan: LaunchPlan) -> list[str]:
     """The same check, quick enough for every change: vLLM's flag table only if already cached."""
-    from workbench.errors import InputError
-    from workbench.recipes.plan import split_extra_flags
-    from workbench.server.page_flags import page_flag_problems, vllm_flag_table
-
     try:
         extra = split_extra_flags(plan.selection.get("extra") or [])
     except InputError as exc:
@@ -173,8 +169,6 @@ def create_ui(slot: ServerSlot, plan_state: gr.State, catalog: Catalog) -> Serve
                          interactive=False, elem_id="server-nodes")
     log = gr.Code(label="Log (last lines)", language="shell", lines=14, max_lines=14, interactive=False,
                   elem_id="server-log")
-    from workbench.ui import agents_panel
-
     agents_panel.create_ui(slot)
     timer = gr.Timer(1.0)
     tab = ServerTab(plan_md, launch_btn, stop_btn, keep, attach_url, attach_key, attach_btn, status, phases, log, timer)

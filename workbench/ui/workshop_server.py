@@ -29,9 +29,11 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gradio as gr  # noqa: E402
+import uvicorn  # noqa: E402
 from fastapi import FastAPI, Form, Request  # noqa: E402
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response  # noqa: E402
 
+from workbench.chat.tools import builtin_tools  # noqa: E402
 from workbench.errors import RoomError  # noqa: E402
 from workbench.recipes import load_catalog, recipe_for_hardware  # noqa: E402
 from workbench.server.hardware import detect  # noqa: E402
@@ -122,9 +124,7 @@ def _warm_imports() -> None:
     """Import now what the first attendee's turn would import (openai's client and its
     lazily loaded chat resources, the tool schemas): about 0.4 s measured, paid by the
     whole room at once when everyone sends their first message together."""
-    import openai
-
-    from workbench.chat.tools import builtin_tools
+    import openai  # the point: loaded now, not by the room's first turn
 
     openai.AsyncOpenAI(api_key="warm-up", base_url="http://127.0.0.1:9/v1").chat.completions  # noqa: B018
     builtin_tools().schemas()
@@ -207,8 +207,6 @@ def build_workshop(settings: WorkshopSettings, *, state_dir: str | Path | None =
 def server_config(workshop: WorkshopApp, settings: WorkshopSettings, **overrides: Any) -> Any:
     """uvicorn's Config: X-Forwarded-For is read only from the presenter's --trusted-proxy
     (uvicorn would otherwise trust it from 127.0.0.1, and a same-host user could rotate it)."""
-    import uvicorn
-
     proxy = settings.trusted_proxy
     options: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_level": "warning",
                                "timeout_graceful_shutdown": 3, "proxy_headers": proxy is not None,
@@ -218,7 +216,5 @@ def server_config(workshop: WorkshopApp, settings: WorkshopSettings, **overrides
 
 def serve_workshop(workshop: WorkshopApp, settings: WorkshopSettings) -> None:
     """Serve until Ctrl-C or SIGTERM (uvicorn stops the queues; atexit stops a launched server)."""
-    import uvicorn
-
     # One process: the queue, the room and the sessions live in memory.
     uvicorn.Server(server_config(workshop, settings)).run()

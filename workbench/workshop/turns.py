@@ -107,7 +107,7 @@ class RoomChat:
 
     @staticmethod
     def _new_http_client() -> Any:
-        from openai import DefaultAsyncHttpxClient
+        from openai import DefaultAsyncHttpxClient  # 1 s to load: with the first turn, not every command
 
         return DefaultAsyncHttpxClient()
 

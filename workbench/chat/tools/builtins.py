@@ -9,7 +9,9 @@ import datetime as _dt
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from workbench import recipes
 from workbench.chat.tools.calculator import calculator
 from workbench.chat.tools.registry import DEFAULT_TOOL_TIMEOUT_S, ToolRegistry
 from workbench.errors import ToolError
@@ -25,8 +27,6 @@ def current_datetime(timezone: str = "UTC") -> dict[str, Any]:
     Args:
         timezone: An IANA timezone name such as "UTC", "Europe/Paris" or "America/Los_Angeles".
     """
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     try:
         zone = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -169,8 +169,6 @@ def recipe_lookup(hardware: str, recipe: str = "", variant: str = "") -> dict[st
         recipe: The model recipe, e.g. "Nemotron" or "SmolLM2" (default: the Nemotron recipe).
         variant: A recipe variant such as a precision (default: the recipe's choice for the machine).
     """
-    from workbench import recipes  # here, not at import: loading the catalog reads every YAML file
-
     catalog = recipes.load_catalog()
     hardware_id = _match_hardware(hardware, catalog.hardware)
     selection = recipes.Selection(

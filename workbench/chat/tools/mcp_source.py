@@ -219,6 +219,7 @@ class McpToolSource:
         return f"{why} (its stderr ends: {tail!r})" if tail else why
 
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
+        # The MCP SDK takes 1.1 s to load: when a server is connected, not with every command.
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
@@ -346,8 +347,11 @@ def _describe(exc: BaseException) -> str:
     """An exception as one line: the SDK nests causes in exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    # Here the MCP SDK (and pydantic with it) is loaded already; at the top it would slow every command's start.
+    from pydantic_core import ValidationError  # what the SDK's message parsing raises
+
     text = (str(exc) or type(exc).__name__).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
-    if first.endswith(":") or "validation error" in first:  # pydantic: the next line says what
+    if isinstance(exc, ValidationError) or first.endswith(":"):  # the next lines say what
         first = " ".join(text.splitlines()[:3])
     return " ".join(first.split())[:300]
