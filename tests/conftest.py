@@ -122,6 +122,10 @@ SLOW_TESTS = frozenset({
     "tests/test_experiment_failures.py::test_a_start_past_the_timeout_says_how_long_it_was_waited_for",
     "tests/test_readiness.py::test_a_timeout_says_how_long_it_waited_and_the_server_still_runs",
     "tests/test_chat_replay.py::test_a_turn_closed_from_a_running_loop_hangs_up_on_the_server",
+    # SLO searches against the fixed-rate server: each probe is a timed level (11-43 s a search)
+    "tests/test_experiment_slo.py::test_the_search_finds_the_known_capacity_within_one_step",
+    "tests/test_experiment_slo.py::test_the_search_by_rate_starts_from_one_user_at_a_time",
+    "tests/test_experiment_slo.py::test_a_client_bound_probe_is_marked_and_kept_out_of_the_answer",
 })
 
 
