@@ -8,6 +8,7 @@ NVML beside the engine, /metrics after a benchmark, and an experiment's crossove
 from __future__ import annotations
 
 import json
+from re import findall as re_findall
 from pathlib import Path
 
 from workbench.experiment.analysis import Crossover, CrossoverVerdict
@@ -97,3 +98,35 @@ def test_crossovers_measured_on_the_h100() -> None:
     assert graphs.summary.startswith("graphs-ngram never pays at the levels measured (concurrency 1 to 64)")
     eager = crossover("experiment_off_vs_ngram_eager.json")
     assert eager.verdict is CrossoverVerdict.AHEAD and "lead shrinks from 1.73x" in eager.summary
+
+
+# ── this project's own GPU suite run (scripts/gpu_suite.sh smollm2 on an H100; README there) ─────
+
+
+def test_the_suites_cuda_graph_start_phases_in_order() -> None:
+    phases = _phases("vllm_serve_smollm2_cudagraphs.log")
+    order = [p for i, (p, _) in enumerate(phases) if p not in [q for q, _ in phases[:i]]]
+    assert order == ["started", "loading_weights", "compiling", "kv_cache", "capturing_graphs", "http_up"]
+    assert ("kv_cache", "GPU KV cache: 3,364,192 tokens") in phases
+
+
+def test_nvml_beside_the_engine_names_the_process_holding_the_memory() -> None:
+    reading = GpuReading.from_dict(json.loads((H100 / "nvml_beside_smollm2_with_processes.json").read_text()))
+    gpu = reading.gpus[0]
+    assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.compute_capability == "9.0"
+    assert [p.pid for p in gpu.processes] == [971]  # the engine core (the log's EngineCore pid=971)
+    held = sum(p.used_memory_bytes for p in gpu.processes)
+    assert gpu.memory_used_bytes - held < 16 << 20  # all but a few MiB of what is used is the engine's
+
+
+def test_the_counters_after_the_suites_benchmark_are_what_the_client_counted() -> None:
+    # 1, 16 and 64 streams: 2 + 32 + 128 measured requests of 256 prompt and 64 output tokens; the server
+    # counted those and the benchmark's warm-up requests (the same shape), nothing else
+    counters = parse_metrics((H100 / "metrics_after_bench_cudagraphs.prom").read_text()).counters
+    report = (H100 / "gpu_suite_report_smollm2.md").read_text()
+    client_out = sum(int(n) for n in re_findall(r"client tokens \d+/(\d+)", report))
+    client_in = sum(int(n) for n in re_findall(r"client tokens (\d+)/\d+", report))
+    assert client_out == 128 + 2048 + 8192 and client_in == 512 + 8192 + 32768
+    warmup_out = (sum_named(counters, "vllm:generation_tokens_total") or 0) - client_out
+    warmup_in = (sum_named(counters, "vllm:prompt_tokens_total") or 0) - client_in
+    assert warmup_out > 0 and warmup_out / 64 == warmup_in / 256 == int(warmup_out / 64)

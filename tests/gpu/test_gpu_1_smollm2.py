@@ -35,7 +35,7 @@ def test_detection_names_the_gpu(gpu_machine: Detection, report: Report) -> None
                    f"{gpu_machine.reason}; {gpu_machine.memory_gb:.1f} GB per GPU")
     assert gpu_machine.source == "nvml"
     assert gpu_machine.hardware_id in ("h100", "h200")
-    assert gpu_machine.gpus[0].compute_capability == "9.0"
+    assert gpu_machine.gpus[0].compute_cap == "9.0"
 
 
 @pytest.fixture(scope="module")
