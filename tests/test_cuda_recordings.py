@@ -8,7 +8,7 @@ NVML beside the engine, /metrics after a benchmark, and an experiment's crossove
 from __future__ import annotations
 
 import json
-from re import findall as re_findall
+import re
 from pathlib import Path
 
 from workbench.experiment.analysis import Crossover, CrossoverVerdict
@@ -124,8 +124,8 @@ def test_the_counters_after_the_suites_benchmark_are_what_the_client_counted() -
     # counted those and the benchmark's warm-up requests (the same shape), nothing else
     counters = parse_metrics((H100 / "metrics_after_bench_cudagraphs.prom").read_text()).counters
     report = (H100 / "gpu_suite_report_smollm2.md").read_text()
-    client_out = sum(int(n) for n in re_findall(r"client tokens \d+/(\d+)", report))
-    client_in = sum(int(n) for n in re_findall(r"client tokens (\d+)/\d+", report))
+    client_out = sum(int(n) for n in re.findall(r"client tokens \d+/(\d+)", report))
+    client_in = sum(int(n) for n in re.findall(r"client tokens (\d+)/\d+", report))
     assert client_out == 128 + 2048 + 8192 and client_in == 512 + 8192 + 32768
     warmup_out = (sum_named(counters, "vllm:generation_tokens_total") or 0) - client_out
     warmup_in = (sum_named(counters, "vllm:prompt_tokens_total") or 0) - client_in
